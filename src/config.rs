@@ -1,0 +1,427 @@
+//! The limiter's configuration: limits, window, key prefix and the Redis settings.
+//!
+//! A [`RateLimitConfig`] is only ever built through [`RateLimitConfig::builder`] or serde, and
+//! both validate it: a bad value is a [`ConfigError`] naming the field, never a panic later.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::duration;
+
+/// The largest window accepted: 100 years.
+///
+/// Timestamps are kept as microseconds since the UNIX epoch and, on Redis, as sorted-set scores
+/// (IEEE doubles, exact up to 2^53 µs, about the year 2255). A window up to this bound keeps
+/// `now + window` exact for the next two centuries.
+pub const MAX_WINDOW: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+/// The largest limit accepted: 2^53, the largest count a Redis score or Lua number holds exactly.
+pub const MAX_LIMIT: u64 = 1 << 53;
+
+/// The default key prefix: keys are `rate_limit:user:<id>`, `rate_limit:endpoint:<route>` and
+/// `rate_limit:global`.
+pub const DEFAULT_KEY_PREFIX: &str = "rate_limit";
+
+/// The default cap on keys the in-memory store tracks at once (users plus endpoints).
+pub const DEFAULT_MAX_TRACKED_KEYS: usize = 1_000_000;
+
+/// The longest key prefix accepted, in bytes.
+pub const MAX_KEY_PREFIX_LEN: usize = 128;
+
+/// Where the Redis store takes `now` from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeSource {
+    /// The limiter's [`Clock`](crate::Clock) passes `now` into the script (the default). A
+    /// [`ManualClock`](crate::ManualClock) then drives Redis exactly as it drives memory. Pick it
+    /// when the app instances' clocks are synchronised (NTP keeps them within milliseconds).
+    #[default]
+    App,
+    /// The script reads Redis `TIME`. Pick it for fleets whose clocks drift: every instance then
+    /// measures the window on one clock. The limiter's clock is ignored by the Redis store (and by
+    /// nothing else: the in-memory fallback still uses it).
+    Redis,
+}
+
+/// Redis settings, present when the limiter should share its state through Redis.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisConfig {
+    /// The Redis URL, as fred parses it: `redis://host:port/db`, `redis-cluster://host:port`, ...
+    pub url: String,
+    /// The longest a check may wait on Redis before the limiter falls back to memory.
+    #[serde(with = "duration::serde_duration", default = "default_command_timeout")]
+    pub command_timeout: Duration,
+    /// The longest the first connection may take (see [`RateLimiter::connect`](crate::RateLimiter::connect)).
+    #[serde(with = "duration::serde_duration", default = "default_connect_timeout")]
+    pub connect_timeout: Duration,
+    /// Where the Redis store takes `now` from.
+    #[serde(default)]
+    pub time_source: TimeSource,
+}
+
+fn default_command_timeout() -> Duration {
+    Duration::from_millis(100)
+}
+
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(1)
+}
+
+/// The validated configuration of a [`RateLimiter`](crate::RateLimiter).
+///
+/// ```
+/// use std::time::Duration;
+/// use tiered_ratelimit::RateLimitConfig;
+///
+/// let config = RateLimitConfig::builder()
+///     .window(Duration::from_secs(60))
+///     .user_limit(50)
+///     .endpoint_limit(100)
+///     .global_limit(1000)
+///     .build()?;
+/// assert_eq!(config.user_limit(), 50);
+///
+/// // The same from a file (TOML, JSON, ... anything serde reads):
+/// let from_json: RateLimitConfig = serde_json::from_str(
+///     r#"{ "window": "60s", "user_limit": 50, "endpoint_limit": 100, "global_limit": 1000 }"#,
+/// )?;
+/// assert_eq!(from_json, config);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "RawConfig", into = "RawConfig")]
+pub struct RateLimitConfig {
+    window: Duration,
+    user_limit: u64,
+    endpoint_limit: u64,
+    global_limit: u64,
+    key_prefix: String,
+    max_tracked_keys: usize,
+    redis: Option<RedisConfig>,
+}
+
+impl RateLimitConfig {
+    /// Starts a builder: a 60 s window, every tier off (limit 0), prefix `rate_limit`, memory.
+    #[must_use]
+    pub fn builder() -> RateLimitConfigBuilder {
+        RateLimitConfigBuilder::default()
+    }
+
+    /// The sliding window's length.
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// Requests one user may make per window; 0 switches the tier off.
+    pub fn user_limit(&self) -> u64 {
+        self.user_limit
+    }
+
+    /// Requests one endpoint (route template) may take per window; 0 switches the tier off.
+    pub fn endpoint_limit(&self) -> u64 {
+        self.endpoint_limit
+    }
+
+    /// Requests the whole service may take per window; 0 switches the tier off.
+    pub fn global_limit(&self) -> u64 {
+        self.global_limit
+    }
+
+    /// The prefix of every key (`rate_limit` by default).
+    pub fn key_prefix(&self) -> &str {
+        &self.key_prefix
+    }
+
+    /// The cap on keys the in-memory store tracks at once. See
+    /// [`MemoryStore`](crate::store::MemoryStore) for what happens at the cap.
+    pub fn max_tracked_keys(&self) -> usize {
+        self.max_tracked_keys
+    }
+
+    /// The Redis settings, if the limiter should use Redis.
+    pub fn redis(&self) -> Option<&RedisConfig> {
+        self.redis.as_ref()
+    }
+}
+
+/// Builds a [`RateLimitConfig`]; [`build`](Self::build) validates it.
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct RateLimitConfigBuilder {
+    raw: RawConfig,
+}
+
+impl Default for RateLimitConfigBuilder {
+    fn default() -> Self {
+        Self {
+            raw: RawConfig {
+                window: Duration::from_secs(60),
+                user_limit: 0,
+                endpoint_limit: 0,
+                global_limit: 0,
+                key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
+                max_tracked_keys: DEFAULT_MAX_TRACKED_KEYS,
+                redis: None,
+            },
+        }
+    }
+}
+
+impl RateLimitConfigBuilder {
+    /// The sliding window (default 60 s). Must be above zero and at most [`MAX_WINDOW`].
+    pub fn window(mut self, window: Duration) -> Self {
+        self.raw.window = window;
+        self
+    }
+
+    /// Requests per user per window; 0 (the default) switches the tier off.
+    pub fn user_limit(mut self, limit: u64) -> Self {
+        self.raw.user_limit = limit;
+        self
+    }
+
+    /// Requests per endpoint per window; 0 (the default) switches the tier off.
+    pub fn endpoint_limit(mut self, limit: u64) -> Self {
+        self.raw.endpoint_limit = limit;
+        self
+    }
+
+    /// Requests in all per window; 0 (the default) switches the tier off.
+    pub fn global_limit(mut self, limit: u64) -> Self {
+        self.raw.global_limit = limit;
+        self
+    }
+
+    /// The prefix of every key (default `rate_limit`): printable ASCII without spaces or braces,
+    /// 1 to [`MAX_KEY_PREFIX_LEN`] bytes.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.raw.key_prefix = prefix.into();
+        self
+    }
+
+    /// The cap on keys the in-memory store tracks at once (default 1,000,000).
+    pub fn max_tracked_keys(mut self, max: usize) -> Self {
+        self.raw.max_tracked_keys = max;
+        self
+    }
+
+    /// Share the limits through Redis at this URL (needs the `redis` feature).
+    pub fn redis_url(mut self, url: impl Into<String>) -> Self {
+        self.redis_mut().url = url.into();
+        self
+    }
+
+    /// How long a check may wait on Redis before falling back to memory (default 100 ms).
+    pub fn redis_command_timeout(mut self, timeout: Duration) -> Self {
+        self.redis_mut().command_timeout = timeout;
+        self
+    }
+
+    /// How long the first connection to Redis may take (default 1 s).
+    pub fn redis_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.redis_mut().connect_timeout = timeout;
+        self
+    }
+
+    /// Where the Redis store takes `now` from (default: the limiter's clock).
+    pub fn redis_time_source(mut self, source: TimeSource) -> Self {
+        self.redis_mut().time_source = source;
+        self
+    }
+
+    fn redis_mut(&mut self) -> &mut RedisConfig {
+        self.raw.redis.get_or_insert_with(|| RedisConfig {
+            url: String::new(),
+            command_timeout: default_command_timeout(),
+            connect_timeout: default_connect_timeout(),
+            time_source: TimeSource::App,
+        })
+    }
+
+    /// Validates the configuration.
+    pub fn build(self) -> Result<RateLimitConfig, ConfigError> {
+        RateLimitConfig::try_from(self.raw)
+    }
+}
+
+/// What is wrong with a configuration. [`field`](Self::field) names the field.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The window is zero.
+    #[error("window: must be greater than zero")]
+    ZeroWindow,
+    /// The window is longer than [`MAX_WINDOW`].
+    #[error("window: {0:?} is longer than the maximum of 100 years (timestamps would overflow)")]
+    WindowTooLarge(Duration),
+    /// A limit is above [`MAX_LIMIT`].
+    #[error("{field}: {value} is above the maximum of 2^53")]
+    LimitTooLarge {
+        /// `user_limit`, `endpoint_limit` or `global_limit`.
+        field: &'static str,
+        /// The value given.
+        value: u64,
+    },
+    /// The key prefix is empty, too long, or holds a character other than printable ASCII
+    /// without spaces and braces.
+    #[error("key_prefix: {0}")]
+    InvalidKeyPrefix(&'static str),
+    /// The cap on tracked keys is zero.
+    #[error("max_tracked_keys: must be greater than zero")]
+    ZeroMaxTrackedKeys,
+    /// The Redis URL is empty or not one fred accepts.
+    #[error("redis.url: {0}")]
+    InvalidRedisUrl(String),
+    /// A Redis timeout is zero.
+    #[error("{0}: must be greater than zero")]
+    ZeroTimeout(&'static str),
+    /// A Redis URL was given but the crate was built without the `redis` feature.
+    #[error("redis.url: this build of tiered-ratelimit has no `redis` feature")]
+    RedisFeatureDisabled,
+}
+
+impl ConfigError {
+    /// The name of the field at fault, as in the serde form (`window`, `user_limit`, `redis.url`, ...).
+    pub fn field(&self) -> &'static str {
+        match self {
+            Self::ZeroWindow | Self::WindowTooLarge(_) => "window",
+            Self::LimitTooLarge { field, .. } => field,
+            Self::InvalidKeyPrefix(_) => "key_prefix",
+            Self::ZeroMaxTrackedKeys => "max_tracked_keys",
+            Self::InvalidRedisUrl(_) | Self::RedisFeatureDisabled => "redis.url",
+            Self::ZeroTimeout(field) => field,
+        }
+    }
+}
+
+/// The serde form, validated into a [`RateLimitConfig`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(with = "duration::serde_duration")]
+    window: Duration,
+    #[serde(default)]
+    user_limit: u64,
+    #[serde(default)]
+    endpoint_limit: u64,
+    #[serde(default)]
+    global_limit: u64,
+    #[serde(default = "default_prefix")]
+    key_prefix: String,
+    #[serde(default = "default_max_tracked_keys")]
+    max_tracked_keys: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    redis: Option<RedisConfig>,
+}
+
+fn default_prefix() -> String {
+    DEFAULT_KEY_PREFIX.to_owned()
+}
+
+fn default_max_tracked_keys() -> usize {
+    DEFAULT_MAX_TRACKED_KEYS
+}
+
+impl TryFrom<RawConfig> for RateLimitConfig {
+    type Error = ConfigError;
+
+    fn try_from(raw: RawConfig) -> Result<Self, ConfigError> {
+        if raw.window.is_zero() {
+            return Err(ConfigError::ZeroWindow);
+        }
+        if raw.window > MAX_WINDOW {
+            return Err(ConfigError::WindowTooLarge(raw.window));
+        }
+        for (field, value) in [
+            ("user_limit", raw.user_limit),
+            ("endpoint_limit", raw.endpoint_limit),
+            ("global_limit", raw.global_limit),
+        ] {
+            if value > MAX_LIMIT {
+                return Err(ConfigError::LimitTooLarge { field, value });
+            }
+        }
+        validate_prefix(&raw.key_prefix)?;
+        if raw.max_tracked_keys == 0 {
+            return Err(ConfigError::ZeroMaxTrackedKeys);
+        }
+        if let Some(redis) = &raw.redis {
+            validate_redis(redis)?;
+        }
+        Ok(Self {
+            window: raw.window,
+            user_limit: raw.user_limit,
+            endpoint_limit: raw.endpoint_limit,
+            global_limit: raw.global_limit,
+            key_prefix: raw.key_prefix,
+            max_tracked_keys: raw.max_tracked_keys,
+            redis: raw.redis,
+        })
+    }
+}
+
+impl From<RateLimitConfig> for RawConfig {
+    fn from(c: RateLimitConfig) -> Self {
+        Self {
+            window: c.window,
+            user_limit: c.user_limit,
+            endpoint_limit: c.endpoint_limit,
+            global_limit: c.global_limit,
+            key_prefix: c.key_prefix,
+            max_tracked_keys: c.max_tracked_keys,
+            redis: c.redis,
+        }
+    }
+}
+
+fn validate_prefix(prefix: &str) -> Result<(), ConfigError> {
+    if prefix.is_empty() {
+        return Err(ConfigError::InvalidKeyPrefix("must not be empty"));
+    }
+    if prefix.len() > MAX_KEY_PREFIX_LEN {
+        return Err(ConfigError::InvalidKeyPrefix("longer than 128 bytes"));
+    }
+    if !prefix
+        .bytes()
+        .all(|b| b.is_ascii_graphic() && b != b'{' && b != b'}')
+    {
+        return Err(ConfigError::InvalidKeyPrefix(
+            "only printable ASCII without spaces or braces (braces are Redis Cluster hash tags)",
+        ));
+    }
+    Ok(())
+}
+
+fn validate_redis(redis: &RedisConfig) -> Result<(), ConfigError> {
+    if redis.command_timeout.is_zero() {
+        return Err(ConfigError::ZeroTimeout("redis.command_timeout"));
+    }
+    if redis.connect_timeout.is_zero() {
+        return Err(ConfigError::ZeroTimeout("redis.connect_timeout"));
+    }
+    if redis.url.is_empty() {
+        return Err(ConfigError::InvalidRedisUrl("must not be empty".to_owned()));
+    }
+    #[cfg(feature = "redis")]
+    {
+        fred::types::config::Config::from_url(&redis.url)
+            .map(|_| ())
+            .map_err(|e| ConfigError::InvalidRedisUrl(e.details().to_string()))
+    }
+    #[cfg(not(feature = "redis"))]
+    {
+        Err(ConfigError::RedisFeatureDisabled)
+    }
+}
+
+impl fmt::Display for TimeSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::App => "app",
+            Self::Redis => "redis",
+        })
+    }
+}

@@ -1,0 +1,136 @@
+//! The answer to one check: allowed or not, what remains, when to retry, and its headers.
+
+use std::fmt;
+use std::time::Duration;
+
+use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use serde::ser::SerializeStruct;
+use serde::{Deserialize, Serialize, Serializer};
+
+/// `X-RateLimit-Remaining`.
+pub static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+
+/// One of the three tiers, checked in this order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    /// Per user (or per client IP when there is no user id): `rate_limit:user:<id>`.
+    User,
+    /// Per endpoint (route template): `rate_limit:endpoint:<route>`.
+    Endpoint,
+    /// One limit over everything: `rate_limit:global`.
+    Global,
+}
+
+impl Tier {
+    /// The tier's name as used in keys and serde: `user`, `endpoint`, `global`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Endpoint => "endpoint",
+            Self::Global => "global",
+        }
+    }
+}
+
+impl fmt::Display for Tier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The outcome of one check.
+///
+/// It serializes (the design note's `as_dict`) as
+/// `{"allowed": bool, "remaining": n, "retry_after": secs, "blocked_by": "user" | null}`, where
+/// `retry_after` is the whole seconds sent in the `Retry-After` header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub(crate) allowed: bool,
+    pub(crate) remaining: u64,
+    pub(crate) retry_after: Duration,
+    pub(crate) blocked_by: Option<Tier>,
+}
+
+impl Decision {
+    pub(crate) fn admit(remaining: u64) -> Self {
+        Self {
+            allowed: true,
+            remaining,
+            retry_after: Duration::ZERO,
+            blocked_by: None,
+        }
+    }
+
+    pub(crate) fn deny(tier: Tier, retry_after: Duration) -> Self {
+        Self {
+            allowed: false,
+            remaining: 0,
+            retry_after,
+            blocked_by: Some(tier),
+        }
+    }
+
+    /// Whether the request may go on.
+    pub fn allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// The smallest capacity left over the enabled tiers after this request (0 when denied).
+    ///
+    /// `u64::MAX` when no tier applies (every limit 0, or only a user limit and no user).
+    pub fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
+    /// How long until the blocking tier has room: zero when allowed.
+    ///
+    /// Exact to the microsecond. An entry at exactly `now - window` still counts, so room comes
+    /// one microsecond after the entry's window ends: a request recorded at `t` in a 60 s window
+    /// frees its slot at `t + 60 s + 1 µs`.
+    pub fn retry_after(&self) -> Duration {
+        self.retry_after
+    }
+
+    /// The `Retry-After` value: whole seconds rounded up; 0 when allowed, at least 1 when denied.
+    pub fn retry_after_secs(&self) -> u64 {
+        if self.allowed {
+            return 0;
+        }
+        let secs = self.retry_after.as_secs() + u64::from(self.retry_after.subsec_nanos() > 0);
+        secs.max(1)
+    }
+
+    /// The tier that denied the request, if any.
+    pub fn blocked_by(&self) -> Option<Tier> {
+        self.blocked_by
+    }
+
+    /// `X-RateLimit-Remaining` and `Retry-After` for this decision.
+    pub fn headers(&self) -> HeaderMap {
+        let mut headers = HeaderMap::with_capacity(2);
+        self.write_headers(&mut headers);
+        headers
+    }
+
+    /// Inserts `X-RateLimit-Remaining` and `Retry-After` into `headers`, replacing any there.
+    pub fn write_headers(&self, headers: &mut HeaderMap) {
+        headers.insert(X_RATELIMIT_REMAINING.clone(), HeaderValue::from(self.remaining));
+        let retry = match self.retry_after_secs() {
+            0 => HeaderValue::from_static("0"),
+            n => HeaderValue::from(n),
+        };
+        headers.insert(RETRY_AFTER, retry);
+    }
+}
+
+impl Serialize for Decision {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut st = s.serialize_struct("Decision", 4)?;
+        st.serialize_field("allowed", &self.allowed)?;
+        st.serialize_field("remaining", &self.remaining)?;
+        st.serialize_field("retry_after", &self.retry_after_secs())?;
+        st.serialize_field("blocked_by", &self.blocked_by)?;
+        st.end()
+    }
+}

@@ -1,0 +1,101 @@
+//! How user ids and routes become key parts: injective, bounded, and free of Redis hash tags.
+//!
+//! - An id of at most [`MAX_RAW_ID_LEN`] bytes made only of "safe" characters (ASCII letters,
+//!   digits and `-._~:/!$&'()*+,;=|<>[]^` and backtick) is used as it is, with no allocation.
+//! - Any other id of at most [`MAX_RAW_ID_LEN`] bytes is percent-encoded (`%XX`, upper-case hex):
+//!   `{`, `}` (Redis Cluster hash tags), `%`, `#`, `@`, spaces, control bytes, non-ASCII.
+//! - A longer id is replaced by `#` and the hex SHA-256 of its bytes (65 bytes in all).
+//! - A client address (when there is no user id) is `@` and the address: `@192.0.2.1`.
+//!
+//! The three forms cannot meet: safe ids hold neither `%`, `#` nor `@`; percent-encoded ids hold
+//! `%` and never `#` or `@`; hashed ids start with `#`; addresses start with `@`. So no user id can
+//! take another user's key, an address's key, or (with the tier in the key) another tier's.
+
+use std::borrow::Cow;
+use std::fmt::Write;
+
+use sha2::{Digest, Sha256};
+
+/// Ids longer than this many bytes are hashed.
+pub const MAX_RAW_ID_LEN: usize = 128;
+
+/// The endpoint key part used when a request matched no route (a 404, or a layer outside the
+/// router). `@` cannot start an encoded route, so no route template can take it.
+pub const UNMATCHED_ENDPOINT: &str = "@unmatched";
+
+fn is_safe(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-._~:/!$&'()*+,;=|<>[]^`".contains(&b)
+}
+
+/// Encodes an id or a route into a key part (see the module docs).
+pub fn encode_id(id: &str) -> Cow<'_, str> {
+    let bytes = id.as_bytes();
+    if bytes.len() > MAX_RAW_ID_LEN {
+        let digest = Sha256::digest(bytes);
+        let mut out = String::with_capacity(1 + 64);
+        out.push('#');
+        for b in digest {
+            let _ = write!(out, "{b:02x}");
+        }
+        return Cow::Owned(out);
+    }
+    if bytes.iter().copied().all(is_safe) {
+        return Cow::Borrowed(id);
+    }
+    let mut out = String::with_capacity(bytes.len() * 3);
+    for &b in bytes {
+        if is_safe(b) {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// The key part of a client address: `@` and the address.
+pub fn encode_ip(ip: std::net::IpAddr) -> String {
+    format!("@{ip}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn safe_ids_borrow() {
+        assert!(matches!(encode_id("alice-42"), Cow::Borrowed("alice-42")));
+        assert!(matches!(encode_id("/api/v1/items"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn braces_and_markers_are_encoded() {
+        assert_eq!(encode_id("{tag}"), "%7Btag%7D");
+        assert_eq!(encode_id("/items/{id}"), "/items/%7Bid%7D");
+        assert_eq!(encode_id("@1.2.3.4"), "%401.2.3.4");
+        assert_eq!(encode_id("#abc"), "%23abc");
+        assert_eq!(encode_id("50%"), "50%25");
+        assert_eq!(encode_id("a b\n"), "a%20b%0A");
+        assert_eq!(encode_id("é"), "%C3%A9");
+    }
+
+    #[test]
+    fn long_ids_are_hashed_and_bounded() {
+        let long = "x".repeat(10_000);
+        let enc = encode_id(&long);
+        assert_eq!(enc.len(), 65);
+        assert!(enc.starts_with('#'));
+        assert_ne!(encode_id(&"x".repeat(10_001)), enc);
+        // exactly at the bound: kept
+        assert_eq!(encode_id(&"y".repeat(MAX_RAW_ID_LEN)).len(), MAX_RAW_ID_LEN);
+    }
+
+    #[test]
+    fn forms_cannot_collide() {
+        let ip = encode_ip("10.0.0.5".parse().unwrap());
+        assert_ne!(encode_id("@10.0.0.5"), ip);
+        assert_ne!(encode_id(UNMATCHED_ENDPOINT), UNMATCHED_ENDPOINT);
+        let hashed = encode_id(&"z".repeat(200)).into_owned();
+        assert_ne!(encode_id(&hashed), hashed);
+    }
+}

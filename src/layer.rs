@@ -1,0 +1,365 @@
+//! [`RateLimitLayer`] and its service [`RateLimit`]: the limiter as tower middleware.
+
+use std::fmt;
+use std::future::Future;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::header::{HeaderValue, CONTENT_TYPE};
+use http::request::Parts;
+use http::{Request, Response, StatusCode};
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::config::RateLimitConfig;
+use crate::decision::Decision;
+use crate::limiter::{CheckRequest, RateLimiter, UserKey};
+
+type PartsFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
+
+/// Applies a [`RateLimiter`] to every request of the wrapped service.
+///
+/// - **User:** the [`user_id`](Self::user_id) closure's answer; without one (no closure, or it
+///   returns `None`) the client IP from axum's `ConnectInfo<SocketAddr>` (or `MockConnectInfo`)
+///   stands in, under a key no user id can produce. With neither, the user tier is skipped for
+///   that request. Serve with `into_make_service_with_connect_info::<SocketAddr>()` to have the
+///   address.
+/// - **Endpoint:** axum's [`MatchedPath`](axum::extract::MatchedPath), the route *template*
+///   (`/api/v1/items/{id}`), never the raw path. A request that matched no route (a 404 under
+///   `Router::layer`, or this layer wrapped around a whole router from outside) uses one fixed
+///   endpoint key, so random paths never create keys. [`endpoint`](Self::endpoint) replaces
+///   this, for services other than axum (a gRPC method, say).
+/// - **Allowed:** the inner response, with `X-RateLimit-Remaining` and `Retry-After: 0` added.
+/// - **Denied:** `429 Too Many Requests` with `X-RateLimit-Remaining: 0`, `Retry-After: n`
+///   (whole seconds, rounded up, at least 1) and a short text body. The inner service is not
+///   called.
+///
+/// Works with `Router::layer`, `Router::route_layer` and any tower service whose response body
+/// carries [`Bytes`]. Clones of the layer and of its services share one limiter.
+///
+/// ```
+/// use axum::{routing::get, Router};
+/// use std::time::Duration;
+/// use tiered_ratelimit::{RateLimitConfig, RateLimitLayer};
+///
+/// let config = RateLimitConfig::builder()
+///     .window(Duration::from_secs(60))
+///     .user_limit(50)
+///     .endpoint_limit(100)
+///     .global_limit(1000)
+///     .build()
+///     .expect("valid config");
+///
+/// let app: Router = Router::new()
+///     .route("/api/v1/items/{id}", get(|| async { "item" }))
+///     .route_layer(RateLimitLayer::new(config).user_id(|parts| {
+///         parts.headers.get("x-user-id")?.to_str().ok().map(str::to_owned)
+///     }));
+/// ```
+#[derive(Clone)]
+#[must_use]
+pub struct RateLimitLayer {
+    limiter: RateLimiter,
+    user_id: Option<PartsFn>,
+    endpoint: Option<PartsFn>,
+}
+
+impl fmt::Debug for RateLimitLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("limiter", &self.limiter)
+            .field("user_id", &self.user_id.as_ref().map(|_| "closure"))
+            .field("endpoint", &self.endpoint.as_ref().map(|_| "closure"))
+            .finish()
+    }
+}
+
+impl RateLimitLayer {
+    /// A layer with a new [`RateLimiter`] for `config` (see [`RateLimiter::new`]).
+    pub fn new(config: RateLimitConfig) -> Self {
+        Self::from_limiter(RateLimiter::new(config))
+    }
+
+    /// A layer on an existing limiter (a clone shares its state).
+    pub fn from_limiter(limiter: RateLimiter) -> Self {
+        Self {
+            limiter,
+            user_id: None,
+            endpoint: None,
+        }
+    }
+
+    /// How to find the user id in a request. `None` falls back to the client IP.
+    pub fn user_id<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        self.user_id = Some(Arc::new(f));
+        self
+    }
+
+    /// How to name the endpoint of a request, replacing axum's `MatchedPath`. `None` means the
+    /// fixed "unmatched" key. Return templates, not raw paths, or every path becomes a key.
+    pub fn endpoint<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        self.endpoint = Some(Arc::new(f));
+        self
+    }
+
+    /// The limiter behind the layer.
+    pub fn limiter(&self) -> &RateLimiter {
+        &self.limiter
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service made by [`RateLimitLayer`].
+#[derive(Clone, Debug)]
+pub struct RateLimit<S> {
+    inner: S,
+    layer: RateLimitLayer,
+}
+
+impl<S> RateLimit<S> {
+    /// The limiter behind the service.
+    pub fn limiter(&self) -> &RateLimiter {
+        &self.layer.limiter
+    }
+}
+
+/// What the layer needs of a request, taken before the request moves into the future.
+enum Endpoint {
+    #[cfg(feature = "axum")]
+    Matched(axum::extract::MatchedPath),
+    Named(String),
+    Unmatched,
+}
+
+impl Endpoint {
+    fn as_str(&self) -> Option<&str> {
+        match self {
+            #[cfg(feature = "axum")]
+            Self::Matched(path) => Some(path.as_str()),
+            Self::Named(name) => Some(name),
+            Self::Unmatched => None,
+        }
+    }
+}
+
+impl RateLimitLayer {
+    fn endpoint_of(&self, parts: &Parts) -> Endpoint {
+        if let Some(f) = &self.endpoint {
+            return f(parts).map_or(Endpoint::Unmatched, Endpoint::Named);
+        }
+        #[cfg(feature = "axum")]
+        if let Some(path) = parts.extensions.get::<axum::extract::MatchedPath>() {
+            return Endpoint::Matched(path.clone());
+        }
+        Endpoint::Unmatched
+    }
+}
+
+#[cfg(feature = "axum")]
+fn client_ip(parts: &Parts) -> Option<IpAddr> {
+    use axum::extract::connect_info::{ConnectInfo, MockConnectInfo};
+    use std::net::SocketAddr;
+    parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip())
+        .or_else(|| {
+            parts
+                .extensions
+                .get::<MockConnectInfo<SocketAddr>>()
+                .map(|c| c.0.ip())
+        })
+}
+
+#[cfg(not(feature = "axum"))]
+fn client_ip(_parts: &Parts) -> Option<IpAddr> {
+    None
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: 'static,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<ResBody, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // Keep the service that poll_ready made ready; leave a fresh clone in its place.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let (parts, body) = request.into_parts();
+        let user_id = self.layer.user_id.as_ref().and_then(|f| f(&parts));
+        let ip = if user_id.is_none() {
+            client_ip(&parts)
+        } else {
+            None
+        };
+        let endpoint = self.layer.endpoint_of(&parts);
+        let request = Request::from_parts(parts, body);
+        let limiter = self.layer.limiter.clone();
+        ResponseFuture {
+            inner: Box::pin(async move {
+                let user = match (&user_id, ip) {
+                    (Some(id), _) => UserKey::Id(id),
+                    (None, Some(ip)) => UserKey::Ip(ip),
+                    (None, None) => UserKey::Anonymous,
+                };
+                let decision = limiter
+                    .check_request(CheckRequest::new(user, endpoint.as_str()))
+                    .await;
+                if !decision.allowed() {
+                    return Ok(too_many_requests(&decision));
+                }
+                let response = inner.call(request).await?;
+                let (mut parts, body) = response.into_parts();
+                decision.write_headers(&mut parts.headers);
+                Ok(Response::from_parts(parts, ResponseBody::inner(body)))
+            }),
+        }
+    }
+}
+
+fn too_many_requests<B>(decision: &Decision) -> Response<ResponseBody<B>> {
+    let tier = decision.blocked_by().map_or("rate", |t| t.as_str());
+    let body = format!(
+        "Too Many Requests: the {tier} limit is reached; retry after {} s\n",
+        decision.retry_after_secs()
+    );
+    let mut response = Response::new(ResponseBody::rejection(Bytes::from(body)));
+    *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    let headers = response.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    decision.write_headers(headers);
+    response
+}
+
+/// The future of [`RateLimit`]: the check, then the inner service.
+pub struct ResponseFuture<B, E> {
+    inner: Pin<Box<dyn Future<Output = Result<Response<ResponseBody<B>>, E>> + Send>>,
+}
+
+impl<B, E> fmt::Debug for ResponseFuture<B, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl<B, E> Future for ResponseFuture<B, E> {
+    type Output = Result<Response<ResponseBody<B>>, E>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+pin_project! {
+    /// The response body of [`RateLimit`]: the inner service's body, or the 429's short text.
+    pub struct ResponseBody<B> {
+        #[pin]
+        kind: Kind<B>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<B> {
+        Inner { #[pin] body: B },
+        Rejection { data: Option<Bytes> },
+    }
+}
+
+impl<B> ResponseBody<B> {
+    fn inner(body: B) -> Self {
+        Self {
+            kind: Kind::Inner { body },
+        }
+    }
+
+    fn rejection(data: Bytes) -> Self {
+        Self {
+            kind: Kind::Rejection { data: Some(data) },
+        }
+    }
+}
+
+impl<B: Default> Default for ResponseBody<B> {
+    fn default() -> Self {
+        Self::inner(B::default())
+    }
+}
+
+impl<B> fmt::Debug for ResponseBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match &self.kind {
+            Kind::Inner { .. } => "inner",
+            Kind::Rejection { .. } => "rejection",
+        };
+        f.debug_struct("ResponseBody").field("kind", &kind).finish()
+    }
+}
+
+impl<B> Body for ResponseBody<B>
+where
+    B: Body<Data = Bytes>,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        match self.project().kind.project() {
+            KindProj::Inner { body } => body.poll_frame(cx),
+            KindProj::Rejection { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Inner { body } => body.is_end_stream(),
+            Kind::Rejection { data } => data.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Inner { body } => body.size_hint(),
+            Kind::Rejection { data } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+        }
+    }
+}

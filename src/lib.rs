@@ -1,0 +1,21 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+
+mod clock;
+pub mod config;
+mod decision;
+mod duration;
+pub mod key;
+mod layer;
+mod limiter;
+pub mod store;
+
+pub use crate::clock::{Clock, ManualClock, SystemClock};
+pub use crate::config::{ConfigError, RateLimitConfig, RateLimitConfigBuilder, RedisConfig, TimeSource};
+pub use crate::decision::{Decision, Tier, X_RATELIMIT_REMAINING};
+pub use crate::duration::{parse_duration, ParseDurationError};
+pub use crate::layer::{RateLimit, RateLimitLayer, ResponseBody, ResponseFuture};
+pub use crate::limiter::{CheckRequest, RateLimiter, RateLimiterBuilder, UserKey};
+pub use crate::store::Backend;

@@ -1,0 +1,321 @@
+//! [`RateLimiter`]: the three tiers in order, one store call per check.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::RateLimitConfig;
+use crate::decision::{Decision, Tier};
+use crate::key::{encode_id, encode_ip, UNMATCHED_ENDPOINT};
+use crate::store::{Backend, DynStore, MemoryStore, Store, StoreOutcome, StoreRequest, TierCheck};
+
+/// Who is asking, for the user tier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UserKey<'a> {
+    /// A user id (from a token, a header, ...). Encoded into the key (see [`crate::key`]).
+    Id(&'a str),
+    /// No user id: the client's address stands in, in a key no user id can produce.
+    Ip(IpAddr),
+    /// Neither: the user tier is skipped for this request.
+    Anonymous,
+}
+
+/// One request to check: who, which endpoint, and how many units it spends.
+///
+/// ```
+/// use tiered_ratelimit::{CheckRequest, UserKey};
+///
+/// let request = CheckRequest::new(UserKey::Id("alice"), Some("/api/v1/items/{id}"));
+/// let anonymous_404 = CheckRequest::new(UserKey::Anonymous, None);
+/// # let _ = (request, anonymous_404);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckRequest<'a> {
+    user: UserKey<'a>,
+    endpoint: Option<&'a str>,
+}
+
+impl<'a> CheckRequest<'a> {
+    /// A request from `user` to `endpoint`: a route template, or `None` when no route matched
+    /// (all such requests share one fixed endpoint key).
+    pub fn new(user: UserKey<'a>, endpoint: Option<&'a str>) -> Self {
+        Self { user, endpoint }
+    }
+}
+
+/// The store behind a limiter: memory is called directly (no future, no allocation).
+enum StoreKind {
+    Memory(MemoryStore),
+    #[cfg(feature = "redis")]
+    Redis(crate::store::FallbackStore),
+    Custom(Box<dyn DynStore>),
+}
+
+struct Inner {
+    config: RateLimitConfig,
+    clock: Arc<dyn Clock>,
+    store: StoreKind,
+}
+
+/// An exact three-tier sliding-window rate limiter.
+///
+/// Cheap to clone; clones share one state. Tiers are checked most specific first (user,
+/// endpoint, global); the first without room denies, and a denied request is recorded in no
+/// tier. A limit of 0 switches a tier off.
+///
+/// ```
+/// use std::time::Duration;
+/// use tiered_ratelimit::{ManualClock, RateLimitConfig, RateLimiter, Tier};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let config = RateLimitConfig::builder()
+///     .window(Duration::from_secs(60))
+///     .user_limit(2)
+///     .build()?;
+/// let clock = ManualClock::new();
+/// let limiter = RateLimiter::builder(config).clock(clock.clone()).build();
+///
+/// assert!(limiter.check("alice", "/items").await.allowed());
+/// assert!(limiter.check("alice", "/items").await.allowed());
+/// let denied = limiter.check("alice", "/items").await;
+/// assert_eq!(denied.blocked_by(), Some(Tier::User));
+/// assert_eq!(denied.retry_after_secs(), 61); // the first entry still counts at exactly 60 s
+///
+/// clock.advance(Duration::from_secs(61));
+/// assert!(limiter.check("alice", "/items").await.allowed());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RateLimiter {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for RateLimiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimiter")
+            .field("config", &self.inner.config)
+            .field("backend", &self.backend())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RateLimiter {
+    /// A limiter on the system clock. With a Redis URL in the config (feature `redis`) it uses
+    /// Redis, connecting in the background, and falls back to memory if Redis fails; otherwise
+    /// it uses memory. Needs no `.await`.
+    pub fn new(config: RateLimitConfig) -> Self {
+        Self::builder(config).build()
+    }
+
+    /// Like [`new`](Self::new), but waits (at most the config's connect timeout) until the first
+    /// connection to Redis is up, or has failed and the limiter has fallen back to memory.
+    #[cfg(feature = "redis")]
+    pub async fn connect(config: RateLimitConfig) -> Self {
+        let limiter = Self::new(config);
+        limiter.wait_connected().await;
+        limiter
+    }
+
+    /// Waits (at most the connect timeout) until the Redis connection is up or has failed. Does
+    /// nothing on memory.
+    #[cfg(feature = "redis")]
+    pub async fn wait_connected(&self) {
+        if let StoreKind::Redis(store) = &self.inner.store {
+            store.wait_connected().await;
+        }
+    }
+
+    /// Starts a builder, to set the clock or a store.
+    pub fn builder(config: RateLimitConfig) -> RateLimiterBuilder {
+        RateLimiterBuilder {
+            config,
+            clock: Arc::new(SystemClock),
+            store: None,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RateLimitConfig {
+        &self.inner.config
+    }
+
+    /// Which store answers now: [`Backend::Redis`] until a Redis failure swaps it for memory.
+    pub fn backend(&self) -> Backend {
+        match &self.inner.store {
+            StoreKind::Memory(_) => Backend::Memory,
+            #[cfg(feature = "redis")]
+            StoreKind::Redis(s) => Store::backend(s),
+            StoreKind::Custom(s) => s.backend(),
+        }
+    }
+
+    /// Checks one request from `user` to `endpoint` (a route template), and records it if allowed.
+    pub async fn check(&self, user: &str, endpoint: &str) -> Decision {
+        self.check_request(CheckRequest::new(UserKey::Id(user), Some(endpoint)))
+            .await
+    }
+
+    /// Checks one request, and records it if allowed.
+    ///
+    /// Never fails: a failing Redis store falls back to memory for this request and every later
+    /// one, and a failing custom store is logged and lets the request through.
+    pub async fn check_request(&self, request: CheckRequest<'_>) -> Decision {
+        let config = &self.inner.config;
+        let ip_key;
+        let user_id: Option<Cow<'_, str>> = match request.user {
+            _ if config.user_limit() == 0 => None,
+            UserKey::Id(id) => Some(encode_id(id)),
+            UserKey::Ip(ip) => {
+                ip_key = encode_ip(ip);
+                Some(Cow::Borrowed(ip_key.as_str()))
+            }
+            UserKey::Anonymous => None,
+        };
+        let endpoint_id: Option<Cow<'_, str>> = match request.endpoint {
+            _ if config.endpoint_limit() == 0 => None,
+            Some(route) => Some(encode_id(route)),
+            None => Some(Cow::Borrowed(UNMATCHED_ENDPOINT)),
+        };
+        let mut tiers = [TierCheck {
+            tier: Tier::Global,
+            id: "",
+            limit: 0,
+        }; 3];
+        let mut n = 0;
+        if let Some(id) = &user_id {
+            tiers[n] = TierCheck {
+                tier: Tier::User,
+                id,
+                limit: config.user_limit(),
+            };
+            n += 1;
+        }
+        if let Some(id) = &endpoint_id {
+            tiers[n] = TierCheck {
+                tier: Tier::Endpoint,
+                id,
+                limit: config.endpoint_limit(),
+            };
+            n += 1;
+        }
+        if config.global_limit() > 0 {
+            tiers[n] = TierCheck {
+                tier: Tier::Global,
+                id: "",
+                limit: config.global_limit(),
+            };
+            n += 1;
+        }
+        if n == 0 {
+            return Decision::admit(u64::MAX);
+        }
+        let store_request = StoreRequest {
+            now: self.inner.clock.now(),
+            window: config.window(),
+            cost: 1,
+            tiers: &tiers[..n],
+        };
+        let outcome = match &self.inner.store {
+            StoreKind::Memory(store) => store.check_sync(&store_request),
+            #[cfg(feature = "redis")]
+            StoreKind::Redis(store) => store.check_or_fallback(&store_request).await,
+            StoreKind::Custom(store) => store.check(&store_request).await,
+        };
+        match outcome {
+            Ok(StoreOutcome::Admitted { remaining }) => Decision::admit(remaining),
+            Ok(StoreOutcome::Denied { tier, retry_after }) => Decision::deny(tier, retry_after),
+            Err(error) => {
+                tracing::error!(%error, "rate limit store failed; request let through");
+                Decision::admit(0)
+            }
+        }
+    }
+
+    /// Forgets everything recorded for `user` (to lift a block by hand).
+    pub async fn reset_user(&self, user: &str) {
+        self.reset(Tier::User, &encode_id(user)).await;
+    }
+
+    /// Forgets everything recorded for one endpoint (a route template).
+    pub async fn reset_endpoint(&self, route: &str) {
+        self.reset(Tier::Endpoint, &encode_id(route)).await;
+    }
+
+    async fn reset(&self, tier: Tier, id: &str) {
+        let result = match &self.inner.store {
+            StoreKind::Memory(store) => Store::reset(store, tier, id).await,
+            #[cfg(feature = "redis")]
+            StoreKind::Redis(store) => Store::reset(store, tier, id).await,
+            StoreKind::Custom(store) => store.reset(tier, id).await,
+        };
+        if let Err(error) = result {
+            tracing::warn!(%error, %tier, "rate limit reset failed");
+        }
+    }
+}
+
+/// Builds a [`RateLimiter`] with a chosen clock or store.
+#[must_use]
+pub struct RateLimiterBuilder {
+    config: RateLimitConfig,
+    clock: Arc<dyn Clock>,
+    store: Option<StoreKind>,
+}
+
+impl fmt::Debug for RateLimiterBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimiterBuilder")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RateLimiterBuilder {
+    /// The clock to read `now` from (default: [`SystemClock`]).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Use this in-memory store (to share one between limiters, or inspect it in tests).
+    pub fn memory_store(mut self, store: MemoryStore) -> Self {
+        self.store = Some(StoreKind::Memory(store));
+        self
+    }
+
+    /// Use your own [`Store`].
+    pub fn store(mut self, store: impl Store) -> Self {
+        self.store = Some(StoreKind::Custom(Box::new(store)));
+        self
+    }
+
+    /// Builds the limiter.
+    pub fn build(self) -> RateLimiter {
+        let store = match self.store {
+            Some(store) => store,
+            None => default_store(&self.config, &self.clock),
+        };
+        RateLimiter {
+            inner: Arc::new(Inner {
+                config: self.config,
+                clock: self.clock,
+                store,
+            }),
+        }
+    }
+}
+
+fn default_store(config: &RateLimitConfig, _clock: &Arc<dyn Clock>) -> StoreKind {
+    #[cfg(feature = "redis")]
+    if let Some(redis) = config.redis() {
+        return StoreKind::Redis(crate::store::FallbackStore::new(
+            crate::store::RedisStore::new(config.key_prefix(), redis),
+            MemoryStore::with_max_keys(config.max_tracked_keys()),
+        ));
+    }
+    StoreKind::Memory(MemoryStore::with_max_keys(config.max_tracked_keys()))
+}

@@ -1,0 +1,159 @@
+//! Where the sliding logs live: [`MemoryStore`] (the default), [`RedisStore`] (feature `redis`)
+//! and [`FallbackStore`], which swaps Redis for memory, once, when Redis fails.
+//!
+//! A store decides one request for all its tiers at once: it trims each tier's log, and admits
+//! only if every tier has room, recording the request in every tier; a denied request leaves no
+//! entry anywhere. That is why the [`Store`] trait takes the whole [`StoreRequest`] rather than one
+//! key at a time.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::decision::Tier;
+
+#[cfg(feature = "redis")]
+mod fallback;
+mod memory;
+#[cfg(feature = "redis")]
+mod redis;
+
+#[cfg(feature = "redis")]
+pub use self::fallback::FallbackStore;
+pub use self::memory::MemoryStore;
+#[cfg(feature = "redis")]
+pub use self::redis::RedisStore;
+
+/// One tier of a [`StoreRequest`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TierCheck<'a> {
+    /// Which tier.
+    pub tier: Tier,
+    /// The tier's key part, already encoded (see [`crate::key`]); empty for the global tier.
+    pub id: &'a str,
+    /// The tier's limit for this request (never 0: switched-off tiers are left out).
+    pub limit: u64,
+}
+
+/// Everything a store needs to decide one request.
+#[derive(Clone, Copy, Debug)]
+pub struct StoreRequest<'a> {
+    /// The limiter's `now` since the UNIX epoch (a Redis store set to
+    /// [`TimeSource::Redis`](crate::TimeSource::Redis) reads its own).
+    pub now: Duration,
+    /// The sliding window.
+    pub window: Duration,
+    /// How many units the request spends (1 for one request).
+    pub cost: u64,
+    /// The enabled tiers, most specific first.
+    pub tiers: &'a [TierCheck<'a>],
+}
+
+/// A store's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreOutcome {
+    /// Recorded in every tier.
+    Admitted {
+        /// The smallest capacity left over the tiers, after this request.
+        remaining: u64,
+    },
+    /// Recorded nowhere.
+    Denied {
+        /// The first tier, in order, without room.
+        tier: Tier,
+        /// How long until that tier has room for this request.
+        retry_after: Duration,
+    },
+}
+
+/// Which kind of store serves a limiter now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// The in-process store.
+    Memory,
+    /// Redis.
+    Redis,
+    /// A user-supplied [`Store`].
+    Custom,
+}
+
+/// A store failed to answer (Redis unreachable, a timeout, a script error).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct StoreError {
+    message: String,
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl StoreError {
+    /// A store error with a message.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A store error with a message and its cause.
+    pub fn with_source(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            message: message.into(),
+            source: Some(Box::new(source)),
+        }
+    }
+}
+
+/// A place to keep sliding logs.
+///
+/// Implementations must decide a request atomically across its tiers: however many checks run
+/// at once (threads, tasks, processes), no tier may admit more than its limit within any window,
+/// and a denied request must leave no entry in any tier.
+pub trait Store: Send + Sync + 'static {
+    /// Decides one request for all its tiers.
+    fn check(
+        &self,
+        request: &StoreRequest<'_>,
+    ) -> impl Future<Output = Result<StoreOutcome, StoreError>> + Send;
+
+    /// Forgets everything recorded for one key (to unblock a user, say).
+    fn reset(&self, tier: Tier, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Which kind of store answers now.
+    fn backend(&self) -> Backend;
+}
+
+/// The object-safe twin of [`Store`], for user-supplied stores held behind a `Box<dyn _>`.
+pub(crate) trait DynStore: Send + Sync + 'static {
+    fn check<'a>(
+        &'a self,
+        request: &'a StoreRequest<'a>,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<StoreOutcome, StoreError>> + Send + 'a>>;
+    fn reset<'a>(
+        &'a self,
+        tier: Tier,
+        id: &'a str,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'a>>;
+    fn backend(&self) -> Backend;
+}
+
+impl<S: Store> DynStore for S {
+    fn check<'a>(
+        &'a self,
+        request: &'a StoreRequest<'a>,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<StoreOutcome, StoreError>> + Send + 'a>> {
+        Box::pin(Store::check(self, request))
+    }
+    fn reset<'a>(
+        &'a self,
+        tier: Tier,
+        id: &'a str,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'a>> {
+        Box::pin(Store::reset(self, tier, id))
+    }
+    fn backend(&self) -> Backend {
+        Store::backend(self)
+    }
+}

@@ -1,0 +1,59 @@
+-- tiered-ratelimit: decide one request for all its tiers, atomically, in one round trip.
+--
+-- KEYS[i]     the tiers' sorted sets, most specific first (user, endpoint, global)
+-- ARGV[1]     now, in microseconds since the epoch; empty: read Redis TIME
+-- ARGV[2]     the window, in microseconds
+-- ARGV[3]     the cost (entries to record)
+-- ARGV[4]     a member unique to this request (suffixed with :k for k > 1 when cost > 1)
+-- ARGV[4+i]   the limit of KEYS[i]
+--
+-- Returns {1, remaining} when admitted (recorded in every tier), or {0, i, retry_after_us} when
+-- KEYS[i] is the first tier without room (recorded nowhere).
+--
+-- Scores are microseconds, exact as doubles up to 2^53. Numbers are formatted with %.0f:
+-- Lua's default number-to-string keeps only 14 digits.
+local now
+if ARGV[1] == '' then
+  if redis.replicate_commands then redis.replicate_commands() end
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+local window = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local member = ARGV[4]
+local cutoff = string.format('(%.0f', now - window)
+local remaining = -1
+
+for i, key in ipairs(KEYS) do
+  local limit = tonumber(ARGV[4 + i])
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
+  local count = redis.call('ZCARD', key)
+  if count + cost > limit then
+    local retry = window
+    if cost <= limit then
+      local idx = count + cost - limit - 1
+      local entry = redis.call('ZRANGE', key, idx, idx, 'WITHSCORES')
+      retry = tonumber(entry[2]) + window + 1 - now
+    end
+    if retry < 1 then retry = 1 end
+    return {0, i, retry}
+  end
+  local left = limit - count - cost
+  if remaining < 0 or left < remaining then remaining = left end
+end
+
+local score = string.format('%.0f', now)
+local ttl = string.format('%.0f', math.ceil(window / 1000) + 1)
+for _, key in ipairs(KEYS) do
+  if cost == 1 then
+    redis.call('ZADD', key, score, member)
+  else
+    for k = 1, cost do
+      redis.call('ZADD', key, score, member .. ':' .. k)
+    end
+  end
+  redis.call('PEXPIRE', key, ttl)
+end
+return {1, remaining}

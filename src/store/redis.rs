@@ -1,0 +1,305 @@
+//! The Redis store: one EVALSHA per check, every tier decided atomically inside Redis.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::prelude::{
+    Builder, Client, ClientLike, Config, ConnectionConfig, Error as FredError, KeysInterface,
+    PerformanceConfig,
+};
+use fred::types::scripts::Script;
+use tokio::sync::watch;
+
+use super::{Backend, Store, StoreError, StoreOutcome, StoreRequest};
+use crate::clock::saturating_micros;
+use crate::config::{RedisConfig, TimeSource};
+use crate::decision::Tier;
+
+/// The script, run with EVALSHA (and reloaded on NOSCRIPT).
+pub const SCRIPT: &str = include_str!("redis.lua");
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Conn {
+    /// Not started yet, or connecting.
+    Connecting,
+    /// Connected, script loaded.
+    Ready,
+    /// The first connection failed; this store will never answer.
+    Failed,
+}
+
+/// Sliding logs in Redis sorted sets, shared by every app instance on the same Redis.
+///
+/// Each check is one EVALSHA of [`SCRIPT`], which trims, counts and, only if every tier has
+/// room, records the request in every tier, atomically: two instances can never both take the
+/// last slot. Members are unique per request (a random 64-bit instance id and a counter), so
+/// requests in the same microsecond from many instances never collapse into one entry. Every
+/// key gets a PEXPIRE of one window (plus a millisecond) at each admission, so idle keys expire
+/// on their own.
+///
+/// The store connects in the background as soon as it is made inside a tokio runtime (else at
+/// its first check). Every call is bounded by the command timeout; any error or timeout is
+/// returned as a [`StoreError`], and the [`FallbackStore`](super::FallbackStore) turns that into
+/// the swap to memory.
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client,
+    script: Script,
+    prefix: String,
+    command_timeout: Duration,
+    connect_timeout: Duration,
+    time_source: TimeSource,
+    instance: u64,
+    counter: AtomicU64,
+    conn: watch::Sender<Conn>,
+    started: AtomicBool,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.inner.prefix)
+            .field("connection", &*self.inner.conn.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// A store on the Redis named by `config`, its keys under `prefix`. Starts connecting if
+    /// called inside a tokio runtime; never blocks.
+    pub fn new(prefix: &str, config: &RedisConfig) -> Self {
+        let (client, failed) = match build_client(config) {
+            Ok(client) => (client, false),
+            Err(error) => {
+                tracing::warn!(%error, "invalid Redis configuration");
+                (Client::default(), true)
+            }
+        };
+        let store = Self {
+            inner: Arc::new(Inner {
+                client,
+                script: Script::from_lua(SCRIPT),
+                prefix: prefix.to_owned(),
+                command_timeout: config.command_timeout,
+                connect_timeout: config.connect_timeout,
+                time_source: config.time_source,
+                instance: random_u64(),
+                counter: AtomicU64::new(0),
+                conn: watch::Sender::new(if failed {
+                    Conn::Failed
+                } else {
+                    Conn::Connecting
+                }),
+                started: AtomicBool::new(failed),
+            }),
+        };
+        store.start();
+        store
+    }
+
+    /// The fred client (to read its metrics, say).
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// The Redis key of one tier's key part (already encoded): `prefix:user:<id>`,
+    /// `prefix:endpoint:<route>`, `prefix:global`.
+    pub fn key(&self, tier: Tier, id: &str) -> String {
+        match tier {
+            Tier::Global => format!("{}:global", self.inner.prefix),
+            _ => format!("{}:{}:{}", self.inner.prefix, tier.as_str(), id),
+        }
+    }
+
+    /// Starts the background connection, once, if a tokio runtime is at hand.
+    fn start(&self) {
+        if self.inner.started.load(Ordering::Acquire) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.inner.started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let inner = self.inner.clone();
+        runtime.spawn(async move {
+            let connected = tokio::time::timeout(inner.connect_timeout, async {
+                inner.client.init().await?;
+                inner.script.load(&inner.client).await
+            })
+            .await;
+            let state = match connected {
+                Ok(Ok(())) => Conn::Ready,
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "cannot connect to Redis");
+                    Conn::Failed
+                }
+                Err(_) => {
+                    tracing::warn!(timeout = ?inner.connect_timeout, "Redis connection timed out");
+                    Conn::Failed
+                }
+            };
+            if state == Conn::Failed {
+                inner.shutdown();
+            }
+            inner.conn.send_replace(state);
+        });
+    }
+
+    /// Waits until the first connection is up (`true`) or has failed (`false`), with no bound:
+    /// callers bound it.
+    pub(crate) async fn connected(&self) -> bool {
+        self.start();
+        let mut rx = self.inner.conn.subscribe();
+        let ready = match rx.wait_for(|c| *c != Conn::Connecting).await {
+            Ok(state) => *state == Conn::Ready,
+            Err(_) => false,
+        };
+        ready
+    }
+
+    /// Waits at most the connect timeout for the first connection; `true` if it is up.
+    pub async fn wait_connected(&self) -> bool {
+        tokio::time::timeout(self.inner.connect_timeout, self.connected())
+            .await
+            .unwrap_or(false)
+    }
+
+    /// Closes the connection in the background (after a fallback, say).
+    pub(crate) fn shutdown(&self) {
+        self.inner.shutdown();
+    }
+
+    async fn check_inner(&self, req: &StoreRequest<'_>) -> Result<StoreOutcome, StoreError> {
+        if !self.connected().await {
+            return Err(StoreError::new("Redis is unreachable"));
+        }
+        let inner = &*self.inner;
+        let keys: Vec<String> = req.tiers.iter().map(|t| self.key(t.tier, t.id)).collect();
+        let now = match inner.time_source {
+            TimeSource::App => saturating_micros(req.now).to_string(),
+            TimeSource::Redis => String::new(),
+        };
+        let counter = inner.counter.fetch_add(1, Ordering::Relaxed);
+        let member = format!("{:016x}{counter:x}", inner.instance);
+        let mut args: Vec<String> = Vec::with_capacity(4 + req.tiers.len());
+        args.push(now);
+        args.push(saturating_micros(req.window).to_string());
+        args.push(req.cost.to_string());
+        args.push(member);
+        args.extend(req.tiers.iter().map(|t| t.limit.to_string()));
+        let reply: Vec<i64> = inner
+            .script
+            .evalsha_with_reload(&inner.client, keys, args)
+            .await
+            .map_err(|e| fred_error("rate limit script failed", e))?;
+        parse_reply(&reply, req)
+    }
+}
+
+impl Inner {
+    fn shutdown(&self) {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let client = self.client.clone();
+            runtime.spawn(async move {
+                let _ = tokio::time::timeout(Duration::from_secs(1), client.quit()).await;
+            });
+        }
+    }
+}
+
+fn parse_reply(reply: &[i64], req: &StoreRequest<'_>) -> Result<StoreOutcome, StoreError> {
+    let bad = || StoreError::new(format!("unexpected reply from the rate limit script: {reply:?}"));
+    match *reply {
+        [1, remaining] => Ok(StoreOutcome::Admitted {
+            remaining: u64::try_from(remaining).map_err(|_| bad())?,
+        }),
+        [0, index, retry_us] => {
+            let tier = usize::try_from(index)
+                .ok()
+                .and_then(|i| i.checked_sub(1))
+                .and_then(|i| req.tiers.get(i))
+                .ok_or_else(bad)?
+                .tier;
+            Ok(StoreOutcome::Denied {
+                tier,
+                retry_after: Duration::from_micros(u64::try_from(retry_us.max(1)).unwrap_or(1)),
+            })
+        }
+        _ => Err(bad()),
+    }
+}
+
+fn fred_error(message: &str, error: FredError) -> StoreError {
+    StoreError::with_source(format!("{message}: {error}"), error)
+}
+
+fn build_client(config: &RedisConfig) -> Result<Client, FredError> {
+    let redis = Config::from_url(&config.url)?;
+    let mut builder = Builder::from_config(redis);
+    builder
+        .set_performance_config(PerformanceConfig {
+            default_command_timeout: config.command_timeout,
+            ..PerformanceConfig::default()
+        })
+        .set_connection_config(ConnectionConfig {
+            connection_timeout: config.connect_timeout,
+            internal_command_timeout: config.connect_timeout,
+            max_command_attempts: 1,
+            ..ConnectionConfig::default()
+        });
+    builder.build()
+}
+
+/// 64 random bits from the OS, through std's randomly seeded hasher.
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos());
+    hasher.write_u32(std::process::id());
+    hasher.finish()
+}
+
+impl Store for RedisStore {
+    fn check(
+        &self,
+        request: &StoreRequest<'_>,
+    ) -> impl Future<Output = Result<StoreOutcome, StoreError>> + Send {
+        let timeout = self.inner.command_timeout;
+        async move {
+            tokio::time::timeout(timeout, self.check_inner(request))
+                .await
+                .unwrap_or_else(|_| Err(StoreError::new(format!("Redis did not answer within {timeout:?}"))))
+        }
+    }
+
+    fn reset(&self, tier: Tier, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let key = self.key(tier, id);
+        let timeout = self.inner.command_timeout;
+        async move {
+            if !self.connected().await {
+                return Err(StoreError::new("Redis is unreachable"));
+            }
+            match tokio::time::timeout(timeout, self.inner.client.del::<i64, _>(key)).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(fred_error("DEL failed", e)),
+                Err(_) => Err(StoreError::new(format!("Redis did not answer within {timeout:?}"))),
+            }
+        }
+    }
+
+    fn backend(&self) -> Backend {
+        Backend::Redis
+    }
+}
