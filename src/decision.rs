@@ -115,7 +115,10 @@ impl Decision {
 
     /// Inserts `X-RateLimit-Remaining` and `Retry-After` into `headers`, replacing any there.
     pub fn write_headers(&self, headers: &mut HeaderMap) {
-        headers.insert(X_RATELIMIT_REMAINING.clone(), HeaderValue::from(self.remaining));
+        headers.insert(
+            X_RATELIMIT_REMAINING.clone(),
+            HeaderValue::from(self.remaining),
+        );
         let retry = match self.retry_after_secs() {
             0 => HeaderValue::from_static("0"),
             n => HeaderValue::from(n),

@@ -13,7 +13,9 @@ mod limiter;
 pub mod store;
 
 pub use crate::clock::{Clock, ManualClock, SystemClock};
-pub use crate::config::{ConfigError, RateLimitConfig, RateLimitConfigBuilder, RedisConfig, TimeSource};
+pub use crate::config::{
+    ConfigError, RateLimitConfig, RateLimitConfigBuilder, RedisConfig, TimeSource,
+};
 pub use crate::decision::{Decision, Tier, X_RATELIMIT_REMAINING};
 pub use crate::duration::{parse_duration, ParseDurationError};
 pub use crate::layer::{RateLimit, RateLimitLayer, ResponseBody, ResponseFuture};

@@ -217,7 +217,11 @@ impl Inner {
 }
 
 fn parse_reply(reply: &[i64], req: &StoreRequest<'_>) -> Result<StoreOutcome, StoreError> {
-    let bad = || StoreError::new(format!("unexpected reply from the rate limit script: {reply:?}"));
+    let bad = || {
+        StoreError::new(format!(
+            "unexpected reply from the rate limit script: {reply:?}"
+        ))
+    };
     match *reply {
         [1, remaining] => Ok(StoreOutcome::Admitted {
             remaining: u64::try_from(remaining).map_err(|_| bad())?,
@@ -263,10 +267,12 @@ fn build_client(config: &RedisConfig) -> Result<Client, FredError> {
 fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_nanos());
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
     hasher.write_u32(std::process::id());
     hasher.finish()
 }
@@ -280,7 +286,11 @@ impl Store for RedisStore {
         async move {
             tokio::time::timeout(timeout, self.check_inner(request))
                 .await
-                .unwrap_or_else(|_| Err(StoreError::new(format!("Redis did not answer within {timeout:?}"))))
+                .unwrap_or_else(|_| {
+                    Err(StoreError::new(format!(
+                        "Redis did not answer within {timeout:?}"
+                    )))
+                })
         }
     }
 
@@ -294,7 +304,9 @@ impl Store for RedisStore {
             match tokio::time::timeout(timeout, self.inner.client.del::<i64, _>(key)).await {
                 Ok(Ok(_)) => Ok(()),
                 Ok(Err(e)) => Err(fred_error("DEL failed", e)),
-                Err(_) => Err(StoreError::new(format!("Redis did not answer within {timeout:?}"))),
+                Err(_) => Err(StoreError::new(format!(
+                    "Redis did not answer within {timeout:?}"
+                ))),
             }
         }
     }

@@ -1,0 +1,293 @@
+//! Shared test helpers: real `redis-server` processes on free ports, and the backends the store
+//! contract runs against.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tiered_ratelimit::{
+    Backend, ManualClock, RateLimitConfig, RateLimitConfigBuilder, RateLimiter,
+};
+
+/// A free TCP port on 127.0.0.1 (free when asked; callers retry if it is taken meanwhile).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind a free port")
+}
+
+/// A `redis-server` this test started, on its own port, killed when dropped.
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    extra: Vec<String>,
+    dir: PathBuf,
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+impl RedisServer {
+    /// Starts a fresh, empty server on a free port and waits until it answers PING.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments (`--cluster-enabled yes`, ...).
+    pub fn start_with(extra: &[&str]) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "tiered-ratelimit-redis-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        for _ in 0..20 {
+            let mut server = Self {
+                child: None,
+                port: free_port(),
+                extra: extra.iter().map(|s| s.to_string()).collect(),
+                dir: dir.clone(),
+            };
+            if server.spawn() {
+                return server;
+            }
+        }
+        panic!("could not start redis-server (is it installed? .ci/run installs it)");
+    }
+
+    fn spawn(&mut self) -> bool {
+        let child = Command::new("redis-server")
+            .arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                let _ = status; // exited: the port was taken
+                self.child = None;
+                return false;
+            }
+            if self.ping() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.kill();
+        false
+    }
+
+    /// Whether the server answers PING now.
+    pub fn ping(&self) -> bool {
+        self.command(&["PING"])
+            .is_some_and(|r| r.starts_with("+PONG"))
+    }
+
+    /// Sends one command (RESP) and returns the raw reply, or `None` if the server is down.
+    pub fn command(&self, args: &[&str]) -> Option<String> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        let mut req = format!("*{}\r\n", args.len());
+        for a in args {
+            req.push_str(&format!("${}\r\n{}\r\n", a.len(), a));
+        }
+        stream.write_all(req.as_bytes()).ok()?;
+        let mut buf = vec![0u8; 1 << 16];
+        let n = stream.read(&mut buf).ok()?;
+        Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+    }
+
+    /// Runs `redis-cli` against this server and returns its stdout.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("run redis-cli");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// SIGSTOP: the server hangs, connections stay open.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        if let Some(pid) = self.pid() {
+            let ok = Command::new("kill")
+                .arg(sig)
+                .arg(pid.to_string())
+                .status()
+                .expect("run kill")
+                .success();
+            assert!(ok, "kill {sig} {pid}");
+        }
+    }
+
+    /// SIGKILL, and wait for the process to end.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port.
+    pub fn restart(&mut self) {
+        self.kill();
+        for _ in 0..50 {
+            if self.spawn() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("could not restart redis-server on port {}", self.port);
+    }
+
+    /// `INFO commandstats` calls of one command (`evalsha`, `zadd`, ...).
+    pub fn command_calls(&self, command: &str) -> u64 {
+        let info = self.cli(&["INFO", "commandstats"]);
+        let prefix = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A backend the store contract runs against. It owns what it started.
+pub enum TestBackend {
+    /// The in-memory store.
+    Memory,
+    /// A Redis server of this test's own.
+    Redis(RedisServer),
+}
+
+impl TestBackend {
+    /// The in-memory backend.
+    pub fn memory() -> Self {
+        Self::Memory
+    }
+
+    /// A fresh Redis server for this test.
+    pub fn redis() -> Self {
+        Self::Redis(RedisServer::start())
+    }
+
+    /// A limiter on this backend, driven by `clock`, connected before it returns.
+    pub async fn limiter(
+        &self,
+        config: RateLimitConfigBuilder,
+        clock: &ManualClock,
+    ) -> RateLimiter {
+        let config = self.config(config);
+        let limiter = RateLimiter::builder(config).clock(clock.clone()).build();
+        limiter.wait_connected().await;
+        assert_eq!(limiter.backend(), self.expected_backend(), "backend up");
+        limiter
+    }
+
+    /// The config with this backend's settings added.
+    pub fn config(&self, config: RateLimitConfigBuilder) -> RateLimitConfig {
+        match self {
+            Self::Memory => config.build().expect("valid config"),
+            Self::Redis(server) => config
+                .redis_url(server.url())
+                .redis_command_timeout(Duration::from_secs(2))
+                .build()
+                .expect("valid config"),
+        }
+    }
+
+    /// The backend a healthy limiter on this reports.
+    pub fn expected_backend(&self) -> Backend {
+        match self {
+            Self::Memory => Backend::Memory,
+            Self::Redis(_) => Backend::Redis,
+        }
+    }
+
+    /// The Redis server, if any.
+    pub fn server(&self) -> Option<&RedisServer> {
+        match self {
+            Self::Memory => None,
+            Self::Redis(s) => Some(s),
+        }
+    }
+}
+
+/// A config builder with these limits and window.
+pub fn limits(user: u64, endpoint: u64, global: u64, window: Duration) -> RateLimitConfigBuilder {
+    RateLimitConfig::builder()
+        .window(window)
+        .user_limit(user)
+        .endpoint_limit(endpoint)
+        .global_limit(global)
+}
+
+/// Runs each named contract test (an `async fn(TestBackend)` in the `contract` module) against
+/// every backend: `memory::name` and `redis::name`.
+#[macro_export]
+macro_rules! contract_tests {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::contract::$name($crate::common::TestBackend::memory()).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::contract::$name($crate::common::TestBackend::redis()).await;
+                }
+            )*
+        }
+    };
+}
