@@ -1,1 +1,182 @@
-fn main() {}
+//! The demo server: a small items API behind `RateLimitLayer`.
+//!
+//! ```text
+//! cargo run --release --example server -- --listen 127.0.0.1:3000 --window 60s \
+//!     --user-limit 50 --endpoint-limit 100 --global-limit 1000 [--redis redis://127.0.0.1:6379]
+//! ```
+//!
+//! `GET /api/v1/items`, `GET /api/v1/items/{id}` and `POST /api/v1/items` are limited;
+//! `GET /health` is not. The user id is the `X-User-Id` header, else the client IP. Once it
+//! accepts connections it prints one line, `listening on ADDR`, to stdout; logs go to stderr.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use axum::extract::Path;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{Json, Router};
+use tiered_ratelimit::{parse_duration, RateLimitConfig, RateLimitLayer, RateLimiter};
+use tokio::io::AsyncWriteExt;
+
+const USAGE: &str = "\
+usage: server [--listen ADDR] [--window DURATION] [--user-limit N] [--endpoint-limit N]
+              [--global-limit N] [--redis URL] [--redis-timeout DURATION]
+
+  --listen ADDR              address to serve on (default 127.0.0.1:3000; port 0 takes a free one)
+  --window DURATION          sliding window, e.g. 60s, 1500ms, 1m (default 60s)
+  --user-limit N             requests per user per window, 0 = off (default 50)
+  --endpoint-limit N         requests per route per window, 0 = off (default 100)
+  --global-limit N           requests in all per window, 0 = off (default 1000)
+  --redis URL                share limits through Redis (default: in memory)
+  --redis-timeout DURATION   longest wait on Redis before falling back to memory (default 100ms)
+";
+
+struct Args {
+    listen: SocketAddr,
+    config: RateLimitConfig,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut listen: SocketAddr = "127.0.0.1:3000".parse().expect("valid default");
+    let mut builder = RateLimitConfig::builder()
+        .window(Duration::from_secs(60))
+        .user_limit(50)
+        .endpoint_limit(100)
+        .global_limit(1000);
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        if flag == "-h" || flag == "--help" {
+            print!("{USAGE}");
+            std::process::exit(0);
+        }
+        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let number = |v: &str| {
+            v.parse::<u64>()
+                .map_err(|_| format!("{flag}: {v:?} is not a whole number"))
+        };
+        builder = match flag.as_str() {
+            "--listen" => {
+                listen = value.parse().map_err(|_| {
+                    format!("--listen: {value:?} is not an address like 127.0.0.1:3000")
+                })?;
+                builder
+            }
+            "--window" => {
+                builder.window(parse_duration(&value).map_err(|e| format!("--window: {e}"))?)
+            }
+            "--user-limit" => builder.user_limit(number(&value)?),
+            "--endpoint-limit" => builder.endpoint_limit(number(&value)?),
+            "--global-limit" => builder.global_limit(number(&value)?),
+            "--redis" => builder.redis_url(value),
+            "--redis-timeout" => builder.redis_command_timeout(
+                parse_duration(&value).map_err(|e| format!("--redis-timeout: {e}"))?,
+            ),
+            other => return Err(format!("unknown flag {other}")),
+        };
+    }
+    let config = builder
+        .build()
+        .map_err(|e| format!("invalid settings: {e}"))?;
+    Ok(Args { listen, config })
+}
+
+fn app(limiter: RateLimiter) -> Router {
+    let api = Router::new()
+        .route("/api/v1/items", get(list_items).post(create_item))
+        .route("/api/v1/items/{id}", get(get_item))
+        .route_layer(RateLimitLayer::from_limiter(limiter).user_id(|parts| {
+            let id = parts.headers.get("x-user-id")?.to_str().ok()?;
+            (!id.is_empty()).then(|| id.to_owned())
+        }));
+    Router::new()
+        .route("/health", get(|| async { "ok" }))
+        .merge(api)
+}
+
+async fn list_items() -> Json<Vec<serde_json::Value>> {
+    Json(vec![
+        serde_json::json!({ "id": 1, "name": "apple" }),
+        serde_json::json!({ "id": 2, "name": "pear" }),
+    ])
+}
+
+async fn get_item(Path(id): Path<u64>) -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "id": id, "name": format!("item {id}") }))
+}
+
+async fn create_item(body: String) -> (StatusCode, Json<serde_json::Value>) {
+    (
+        StatusCode::CREATED,
+        Json(serde_json::json!({ "created": true, "bytes": body.len() })),
+    )
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("install SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(message) => {
+            eprintln!("error: {message}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let limiter = if args.config.redis().is_some() {
+        RateLimiter::connect(args.config.clone()).await
+    } else {
+        RateLimiter::new(args.config.clone())
+    };
+    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: cannot listen on {}: {e}", args.listen);
+            return ExitCode::FAILURE;
+        }
+    };
+    let addr = listener.local_addr().expect("bound address");
+    tracing::info!(
+        window = ?args.config.window(),
+        user_limit = args.config.user_limit(),
+        endpoint_limit = args.config.endpoint_limit(),
+        global_limit = args.config.global_limit(),
+        backend = ?limiter.backend(),
+        "rate limits"
+    );
+    let mut stdout = tokio::io::stdout();
+    let _ = stdout
+        .write_all(format!("listening on {addr}\n").as_bytes())
+        .await;
+    let _ = stdout.flush().await;
+    let service = app(limiter).into_make_service_with_connect_info::<SocketAddr>();
+    if let Err(e) = axum::serve(listener, service)
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+    {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,453 @@
+//! The layer end to end: axum routers served on real TCP listeners, hit with real HTTP requests.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::Router;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use tiered_ratelimit::store::MemoryStore;
+use tiered_ratelimit::{
+    ManualClock, RateLimitConfig, RateLimitLayer, RateLimiter, Tier, X_RATELIMIT_REMAINING,
+};
+use tower::ServiceExt;
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn config(user: u64, endpoint: u64, global: u64) -> RateLimitConfig {
+    RateLimitConfig::builder()
+        .window(MINUTE)
+        .user_limit(user)
+        .endpoint_limit(endpoint)
+        .global_limit(global)
+        .build()
+        .unwrap()
+}
+
+fn header_user_id(layer: RateLimitLayer) -> RateLimitLayer {
+    layer.user_id(|parts| {
+        parts
+            .headers
+            .get("x-user-id")?
+            .to_str()
+            .ok()
+            .map(str::to_owned)
+    })
+}
+
+fn items_router() -> Router {
+    Router::new()
+        .route(
+            "/api/v1/items",
+            get(|| async { "list" }).post(|| async { "created" }),
+        )
+        .route("/api/v1/items/{id}", get(|| async { "item" }))
+}
+
+/// Serves `app` on a free port, with `ConnectInfo<SocketAddr>` when `connect_info`.
+async fn serve(app: Router, connect_info: bool) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        if connect_info {
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await
+            .unwrap();
+        } else {
+            axum::serve(listener, app).await.unwrap();
+        }
+    });
+    format!("http://{addr}")
+}
+
+struct Reply {
+    status: StatusCode,
+    remaining: Option<String>,
+    retry_after: Option<String>,
+    body: String,
+}
+
+async fn get_as(client: &reqwest::Client, url: &str, user: Option<&str>) -> Reply {
+    let mut req = client.get(url);
+    if let Some(user) = user {
+        req = req.header("x-user-id", user);
+    }
+    let resp = req.send().await.unwrap();
+    let header = |name: &str| {
+        resp.headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    Reply {
+        status: resp.status(),
+        remaining: header("x-ratelimit-remaining"),
+        retry_after: header("retry-after"),
+        body: resp.text().await.unwrap(),
+    }
+}
+
+#[tokio::test]
+async fn burst_gets_exactly_the_user_limit_then_429_with_headers() {
+    let app = items_router().route_layer(header_user_id(RateLimitLayer::new(config(5, 100, 1000))));
+    let base = serve(app, true).await;
+    let client = reqwest::Client::new();
+    for i in 0..5 {
+        let r = get_as(&client, &format!("{base}/api/v1/items/{i}"), Some("bob")).await;
+        assert_eq!(r.status, StatusCode::OK, "request {i}");
+        assert_eq!(r.remaining.as_deref(), Some((4 - i).to_string().as_str()));
+        assert_eq!(r.retry_after.as_deref(), Some("0"));
+        assert_eq!(r.body, "item");
+    }
+    for _ in 0..3 {
+        let r = get_as(&client, &format!("{base}/api/v1/items/7"), Some("bob")).await;
+        assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(r.remaining.as_deref(), Some("0"));
+        let retry: u64 = r.retry_after.unwrap().parse().unwrap();
+        assert!((1..=60).contains(&retry), "retry-after {retry}");
+        assert!(r.body.contains("user limit"), "{}", r.body);
+    }
+    // Another user is not affected.
+    let r = get_as(&client, &format!("{base}/api/v1/items/7"), Some("carol")).await;
+    assert_eq!(r.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn retry_after_is_exact_and_rounded_up_over_http() {
+    let clock = ManualClock::at(Duration::from_secs(1_000));
+    let limiter = RateLimiter::builder(config(1, 0, 0))
+        .clock(clock.clone())
+        .build();
+    let app = items_router().route_layer(header_user_id(RateLimitLayer::from_limiter(limiter)));
+    let base = serve(app, false).await;
+    let client = reqwest::Client::new();
+    let url = format!("{base}/api/v1/items");
+    assert_eq!(
+        get_as(&client, &url, Some("u")).await.status,
+        StatusCode::OK
+    );
+    clock.advance(Duration::from_millis(20_500));
+    let r = get_as(&client, &url, Some("u")).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.retry_after.as_deref(), Some("40")); // 39.5 s + 1 µs, rounded up
+    clock.advance(Duration::from_millis(39_500));
+    let r = get_as(&client, &url, Some("u")).await;
+    assert_eq!(
+        r.retry_after.as_deref(),
+        Some("1"),
+        "at exactly the boundary: still 1"
+    );
+    clock.advance(Duration::from_micros(1));
+    let r = get_as(&client, &url, Some("u")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.retry_after.as_deref(), Some("0"));
+}
+
+#[tokio::test]
+async fn route_templates_share_one_endpoint_key() {
+    let store = MemoryStore::new();
+    let limiter = RateLimiter::builder(config(0, 3, 0))
+        .memory_store(store.clone())
+        .build();
+    let app = items_router().route_layer(RateLimitLayer::from_limiter(limiter));
+    let base = serve(app, true).await;
+    let client = reqwest::Client::new();
+    for id in 1..=3 {
+        let r = get_as(&client, &format!("{base}/api/v1/items/{id}"), None).await;
+        assert_eq!(r.status, StatusCode::OK);
+    }
+    let r = get_as(&client, &format!("{base}/api/v1/items/99"), None).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(r.body.contains("endpoint"));
+    assert_eq!(store.entries(Tier::Endpoint, "/api/v1/items/%7Bid%7D"), 3);
+    assert_eq!(
+        store.tracked_keys(),
+        1,
+        "one key for the template, none per path"
+    );
+    // The list route is another endpoint.
+    let r = get_as(&client, &format!("{base}/api/v1/items"), None).await;
+    assert_eq!(r.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn unmatched_paths_share_one_fixed_key_under_router_layer() {
+    let store = MemoryStore::new();
+    let limiter = RateLimiter::builder(config(0, 3, 0))
+        .memory_store(store.clone())
+        .build();
+    let app = items_router().layer(RateLimitLayer::from_limiter(limiter));
+    let base = serve(app, true).await;
+    let client = reqwest::Client::new();
+    for i in 0..3 {
+        let r = get_as(&client, &format!("{base}/random/{i}/path"), None).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND);
+        assert_eq!(r.remaining.as_deref(), Some((2 - i).to_string().as_str()));
+    }
+    let r = get_as(&client, &format!("{base}/yet/another"), None).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(store.tracked_keys(), 1, "random paths never create keys");
+    // Matched routes have their own key.
+    let r = get_as(&client, &format!("{base}/api/v1/items/1"), None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(store.tracked_keys(), 2);
+}
+
+#[tokio::test]
+async fn route_layer_leaves_404s_and_other_routes_alone() {
+    let api = items_router().route_layer(RateLimitLayer::new(config(0, 0, 1)));
+    let app = Router::new()
+        .route("/health", get(|| async { "ok" }))
+        .merge(api);
+    let base = serve(app, true).await;
+    let client = reqwest::Client::new();
+    assert_eq!(
+        get_as(&client, &format!("{base}/api/v1/items"), None)
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let denied = get_as(&client, &format!("{base}/api/v1/items"), None).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    for _ in 0..5 {
+        let health = get_as(&client, &format!("{base}/health"), None).await;
+        assert_eq!(health.status, StatusCode::OK);
+        assert_eq!(health.remaining, None, "the health route is not limited");
+        let missing = get_as(&client, &format!("{base}/missing"), None).await;
+        assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    }
+}
+
+#[tokio::test]
+async fn without_user_id_the_client_ip_is_the_user() {
+    let store = MemoryStore::new();
+    let limiter = RateLimiter::builder(config(2, 0, 0))
+        .memory_store(store.clone())
+        .build();
+    let app = items_router().route_layer(header_user_id(RateLimitLayer::from_limiter(limiter)));
+    let base = serve(app, true).await;
+    let client = reqwest::Client::new();
+    let url = format!("{base}/api/v1/items");
+    assert_eq!(get_as(&client, &url, None).await.status, StatusCode::OK);
+    assert_eq!(get_as(&client, &url, None).await.status, StatusCode::OK);
+    let r = get_as(&client, &url, None).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(store.entries(Tier::User, "@127.0.0.1"), 2);
+    // A user id that spells the address is another key: no one can spend another's quota.
+    assert_eq!(
+        get_as(&client, &url, Some("@127.0.0.1")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        get_as(&client, &url, Some("127.0.0.1")).await.status,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn without_user_id_or_address_the_user_tier_is_skipped() {
+    let app = items_router().route_layer(header_user_id(RateLimitLayer::new(config(1, 0, 3))));
+    let base = serve(app, false).await;
+    let client = reqwest::Client::new();
+    let url = format!("{base}/api/v1/items");
+    for left in ["2", "1", "0"] {
+        let r = get_as(&client, &url, None).await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(r.remaining.as_deref(), Some(left));
+    }
+    let r = get_as(&client, &url, None).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(r.body.contains("global"));
+}
+
+#[tokio::test]
+async fn layer_outside_the_router_sees_no_route_and_uses_the_fixed_key() {
+    let store = MemoryStore::new();
+    let limiter = RateLimiter::builder(config(0, 2, 0))
+        .memory_store(store.clone())
+        .build();
+    let app = tower::ServiceBuilder::new()
+        .layer(RateLimitLayer::from_limiter(limiter))
+        .service(items_router());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let app = tower::Layer::layer(
+            &tower::util::MapResponseLayer::new(axum::response::IntoResponse::into_response),
+            app,
+        );
+        axum::serve(listener, tower::make::Shared::new(app))
+            .await
+            .unwrap();
+    });
+    let client = reqwest::Client::new();
+    assert_eq!(
+        get_as(&client, &format!("http://{addr}/api/v1/items/1"), None)
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        get_as(&client, &format!("http://{addr}/api/v1/items"), None)
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let r = get_as(&client, &format!("http://{addr}/api/v1/items/2"), None).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(store.entries(Tier::Endpoint, "@unmatched"), 2);
+}
+
+#[tokio::test]
+async fn clones_of_the_layer_share_one_limiter() {
+    let layer = RateLimitLayer::new(config(0, 0, 2));
+    let a = Router::new()
+        .route("/a", get(|| async { "a" }))
+        .route_layer(layer.clone());
+    let b = Router::new()
+        .route("/b", get(|| async { "b" }))
+        .route_layer(layer);
+    let base_a = serve(a, false).await;
+    let base_b = serve(b, false).await;
+    let client = reqwest::Client::new();
+    assert_eq!(
+        get_as(&client, &format!("{base_a}/a"), None).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        get_as(&client, &format!("{base_b}/b"), None).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        get_as(&client, &format!("{base_a}/a"), None).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn strange_and_huge_user_ids_never_cause_a_5xx() {
+    let store = MemoryStore::new();
+    let limiter = RateLimiter::builder(config(1, 0, 0))
+        .memory_store(store.clone())
+        .build();
+    let app = items_router().route_layer(header_user_id(RateLimitLayer::from_limiter(limiter)));
+    let base = serve(app, true).await;
+    let client = reqwest::Client::new();
+    let url = format!("{base}/api/v1/items");
+    let huge = "h".repeat(16 * 1024);
+    let ids = [
+        huge.as_str(),
+        "{tag}",
+        "a b",
+        "%41",
+        "#x",
+        "..",
+        "rate_limit:global",
+        "x\ty",
+    ];
+    for id in ids {
+        let r = get_as(&client, &url, Some(id)).await;
+        assert_eq!(r.status, StatusCode::OK, "first request of {id:?}");
+        let r = get_as(&client, &url, Some(id)).await;
+        assert_eq!(
+            r.status,
+            StatusCode::TOO_MANY_REQUESTS,
+            "second request of {id:?}"
+        );
+    }
+    assert_eq!(
+        store.tracked_keys(),
+        ids.len(),
+        "one key each, no collisions"
+    );
+    // Non-UTF-8 header bytes: the closure returns None and the client IP stands in.
+    let resp = client
+        .get(&url)
+        .header(
+            "x-user-id",
+            reqwest::header::HeaderValue::from_bytes(b"\xff\xfe").unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status() == StatusCode::OK || resp.status() == StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[tokio::test]
+async fn any_tower_service_with_any_bytes_body() {
+    let svc = tower::service_fn(|_req: Request<String>| async {
+        Ok::<_, Infallible>(Response::new(Full::new(bytes::Bytes::from_static(
+            b"hello",
+        ))))
+    });
+    let layer =
+        RateLimitLayer::new(config(0, 0, 1)).endpoint(|parts| Some(parts.uri.path().to_owned()));
+    let svc = tower::Layer::layer(&layer, svc);
+    let ok = svc
+        .clone()
+        .oneshot(Request::new(String::new()))
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), StatusCode::OK);
+    assert_eq!(ok.headers()[&X_RATELIMIT_REMAINING], "0");
+    assert_eq!(ok.headers()[http::header::RETRY_AFTER], "0");
+    assert_eq!(ok.into_body().collect().await.unwrap().to_bytes(), "hello");
+    let denied = svc.oneshot(Request::new(String::new())).await.unwrap();
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(denied.headers()[http::header::RETRY_AFTER], "60");
+    let body = denied.into_body().collect().await.unwrap().to_bytes();
+    assert!(std::str::from_utf8(&body)
+        .unwrap()
+        .starts_with("Too Many Requests"));
+}
+
+#[tokio::test]
+async fn mock_connect_info_is_read_too() {
+    use axum::extract::connect_info::MockConnectInfo;
+    let app = items_router()
+        .route_layer(RateLimitLayer::new(config(1, 0, 0)))
+        .layer(MockConnectInfo(SocketAddr::from(([10, 1, 2, 3], 4000))));
+    let first = app
+        .clone()
+        .oneshot(
+            Request::get("/api/v1/items")
+                .body(axum::body::Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let second = app
+        .oneshot(
+            Request::get("/api/v1/items")
+                .body(axum::body::Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[tokio::test]
+async fn post_and_get_on_one_route_share_its_endpoint_key() {
+    let app = items_router().route_layer(RateLimitLayer::new(config(0, 2, 0)));
+    let base = serve(app, true).await;
+    let client = reqwest::Client::new();
+    let url = format!("{base}/api/v1/items");
+    assert_eq!(
+        client.post(&url).send().await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        client.get(&url).send().await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        client.post(&url).send().await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
