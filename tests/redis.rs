@@ -1,0 +1,371 @@
+//! The Redis store against real `redis-server` processes this test starts: sharing between
+//! limiters, one round trip per check, and the fallback when Redis is absent, killed or paused.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{free_port, limits, RedisServer};
+use tiered_ratelimit::{Backend, ManualClock, RateLimitConfig, RateLimiter, Tier, TimeSource};
+
+const MINUTE: Duration = Duration::from_secs(60);
+const TIMEOUT: Duration = Duration::from_millis(100);
+
+fn redis_config(server: &RedisServer, user: u64, endpoint: u64, global: u64) -> RateLimitConfig {
+    limits(user, endpoint, global, MINUTE)
+        .redis_url(server.url())
+        .redis_command_timeout(TIMEOUT)
+        .build()
+        .unwrap()
+}
+
+async fn connected(config: RateLimitConfig, clock: &ManualClock) -> RateLimiter {
+    let limiter = RateLimiter::builder(config).clock(clock.clone()).build();
+    limiter.wait_connected().await;
+    assert_eq!(limiter.backend(), Backend::Redis);
+    limiter
+}
+
+/// Runs `per_limiter` concurrent checks on each limiter at once; returns admitted counts.
+async fn burst(limiters: &[RateLimiter], per_limiter: usize, users: usize) -> Vec<usize> {
+    let mut handles = Vec::new();
+    for (li, limiter) in limiters.iter().enumerate() {
+        for i in 0..per_limiter {
+            let limiter = limiter.clone();
+            handles.push(tokio::spawn(async move {
+                let user = format!("user-{}", (i + li) % users);
+                let d = limiter.check(&user, "/api/v1/items").await;
+                (li, d.allowed())
+            }));
+        }
+    }
+    let mut admitted = vec![0; limiters.len()];
+    for h in handles {
+        let (li, ok) = h.await.unwrap();
+        admitted[li] += usize::from(ok);
+    }
+    admitted
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_limiters_on_one_redis_admit_exactly_the_global_limit() {
+    let server = RedisServer::start();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let a = connected(redis_config(&server, 0, 0, 100), &clock).await;
+    let b = connected(redis_config(&server, 0, 0, 100), &clock).await;
+    let admitted = burst(&[a.clone(), b.clone()], 300, 50).await;
+    assert_eq!(
+        admitted.iter().sum::<usize>(),
+        100,
+        "admitted per limiter: {admitted:?}"
+    );
+    // Same microsecond for all 100: the members are unique, so all 100 are in the set.
+    let zcard = server.cli(&["ZCARD", "rate_limit:global"]);
+    assert_eq!(zcard.trim(), "100");
+    assert!(!a.check("late", "/x").await.allowed());
+    assert_eq!(a.backend(), Backend::Redis);
+    assert_eq!(b.backend(), Backend::Redis);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_limiters_share_every_tier_exactly() {
+    let server = RedisServer::start();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let a = connected(redis_config(&server, 3, 40, 1000), &clock).await;
+    let b = connected(redis_config(&server, 3, 40, 1000), &clock).await;
+    // 10 users × 3 = 30 < 40: the user tier binds.
+    let admitted = burst(&[a.clone(), b.clone()], 200, 10).await;
+    assert_eq!(admitted.iter().sum::<usize>(), 30, "{admitted:?}");
+    for u in 0..10 {
+        let card = server.cli(&["ZCARD", &format!("rate_limit:user:user-{u}")]);
+        assert_eq!(card.trim(), "3", "user-{u}");
+    }
+    // A denied request left no trace: the endpoint and global tiers hold exactly 30.
+    assert_eq!(
+        server
+            .cli(&["ZCARD", "rate_limit:endpoint:/api/v1/items"])
+            .trim(),
+        "30"
+    );
+    assert_eq!(server.cli(&["ZCARD", "rate_limit:global"]).trim(), "30");
+    // 30 users × 3 = 90 > 40: now the endpoint tier binds.
+    clock.advance(MINUTE * 2);
+    let admitted = burst(&[a, b], 200, 30).await;
+    assert_eq!(admitted.iter().sum::<usize>(), 40, "{admitted:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_check_is_one_round_trip() {
+    let server = RedisServer::start();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let limiter = connected(redis_config(&server, 5, 100, 1000), &clock).await;
+    let before = server.command_calls("evalsha");
+    for i in 0..20 {
+        limiter.check(&format!("u{}", i % 3), "/e").await;
+    }
+    assert_eq!(server.command_calls("evalsha") - before, 20);
+    assert_eq!(server.command_calls("eval"), 0);
+    assert_eq!(
+        server.command_calls("zadd"),
+        45,
+        "3 tiers × 15 admitted (3 users × limit 5)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_key_expires_about_one_window_after_its_last_admission() {
+    let server = RedisServer::start();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let limiter = connected(redis_config(&server, 5, 100, 1000), &clock).await;
+    assert!(limiter.check("alice", "/api/v1/items/{id}").await.allowed());
+    let keys = server.cli(&["KEYS", "rate_limit:*"]);
+    let mut keys: Vec<&str> = keys.lines().collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "rate_limit:endpoint:/api/v1/items/%7Bid%7D",
+            "rate_limit:global",
+            "rate_limit:user:alice"
+        ]
+    );
+    for key in keys {
+        let pttl: i64 = server.cli(&["PTTL", key]).trim().parse().unwrap();
+        assert!(pttl > 59_000 && pttl <= 60_001, "{key}: PTTL {pttl}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn noscript_after_a_script_flush_is_reloaded_not_a_failure() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let limiter = connected(redis_config(&server, 2, 0, 0), &clock).await;
+    assert!(limiter.check("u", "/").await.allowed());
+    server.cli(&["SCRIPT", "FLUSH"]);
+    assert!(limiter.check("u", "/").await.allowed());
+    assert!(!limiter.check("u", "/").await.allowed());
+    assert_eq!(limiter.backend(), Backend::Redis);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_time_source_reads_the_server_clock() {
+    let server = RedisServer::start();
+    let config = limits(1, 0, 0, MINUTE)
+        .redis_url(server.url())
+        .redis_time_source(TimeSource::Redis)
+        .build()
+        .unwrap();
+    // The app clock says 1970; with TimeSource::Redis the entries carry the server's time.
+    let clock = ManualClock::new();
+    let limiter = connected(config, &clock).await;
+    assert!(limiter.check("u", "/").await.allowed());
+    let denied = limiter.check("u", "/").await;
+    assert_eq!(denied.blocked_by(), Some(Tier::User));
+    assert!(
+        denied.retry_after() > Duration::from_secs(55)
+            && denied.retry_after() <= MINUTE + Duration::from_micros(1)
+    );
+    let scores = server.cli(&["ZRANGE", "rate_limit:user:u", "0", "-1", "WITHSCORES"]);
+    let score: f64 = scores.lines().nth(1).unwrap().parse().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as f64;
+    assert!(
+        (now - score).abs() < 10_000_000.0,
+        "score {score} vs now {now}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_absent_at_start_falls_back_at_once_and_limits_hold() {
+    // A port with nothing listening.
+    let config = limits(3, 0, 0, MINUTE)
+        .redis_url(format!("redis://127.0.0.1:{}", free_port()))
+        .redis_command_timeout(TIMEOUT)
+        .build()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let limiter = RateLimiter::connect(config.clone()).await;
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(limiter.backend(), Backend::Memory);
+    let admitted = (0..10).map(|_| limiter.check("u", "/")).collect::<Vec<_>>();
+    let mut n = 0;
+    for f in admitted {
+        n += usize::from(f.await.allowed());
+    }
+    assert_eq!(n, 3, "the limit holds on memory");
+
+    // Lazily: no connect().await, the first check meets the failure and is still answered.
+    let lazy = RateLimiter::new(config);
+    let started = std::time::Instant::now();
+    let first = lazy.check("u", "/").await;
+    assert!(first.allowed());
+    assert!(
+        started.elapsed() <= TIMEOUT + Duration::from_millis(50),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(lazy.backend(), Backend::Memory);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_mid_run_no_request_fails_and_memory_takes_over() {
+    let mut server = RedisServer::start();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let limiter = connected(redis_config(&server, 5, 0, 0), &clock).await;
+    for _ in 0..3 {
+        assert!(limiter.check("u", "/").await.allowed());
+    }
+    server.kill();
+    let started = std::time::Instant::now();
+    let limiter2 = limiter.clone();
+    let handles: Vec<_> = (0..50)
+        .map(|i| {
+            let l = limiter2.clone();
+            tokio::spawn(async move { l.check(&format!("k{i}"), "/").await })
+        })
+        .collect();
+    for h in handles {
+        // Every request is answered (the task neither panics nor errors).
+        assert!(
+            h.await.unwrap().allowed(),
+            "fresh keys are admitted on memory"
+        );
+    }
+    assert!(started.elapsed() < TIMEOUT * 3, "{:?}", started.elapsed());
+    assert_eq!(limiter.backend(), Backend::Memory);
+    // The memory store starts empty and enforces the limit from here on.
+    let admitted = {
+        let mut n = 0;
+        for _ in 0..10 {
+            n += usize::from(limiter.check("u", "/").await.allowed());
+        }
+        n
+    };
+    assert_eq!(admitted, 5);
+    // Once for good: a Redis back on the same port is not used again.
+    server.restart();
+    assert!(!limiter.check("u", "/").await.allowed());
+    assert_eq!(limiter.backend(), Backend::Memory);
+    assert_eq!(server.command_calls("evalsha"), 0);
+}
+
+/// SIGSTOP: connections stay open and Redis never answers. With tokio's clock paused, the
+/// runtime jumps to the next timer as soon as every task waits, so the test measures exactly
+/// how long a request waited: the command timeout, not a moment more (tokio's timers tick in
+/// whole milliseconds, so a deadline lands on the next millisecond: `TICK` below).
+#[tokio::test(flavor = "current_thread")]
+async fn redis_paused_costs_a_request_at_most_the_command_timeout() {
+    const TICK: Duration = Duration::from_millis(1);
+    let server = RedisServer::start();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let limiter = connected(redis_config(&server, 2, 0, 0), &clock).await;
+    assert!(limiter.check("u", "/").await.allowed());
+
+    tokio::time::pause();
+    server.pause();
+    let started = tokio::time::Instant::now();
+    let handles: Vec<_> = (0..20)
+        .map(|i| {
+            let l = limiter.clone();
+            tokio::spawn(async move {
+                let t = tokio::time::Instant::now();
+                let d = l.check(&format!("p{i}"), "/").await;
+                (d, t.elapsed())
+            })
+        })
+        .collect();
+    for h in handles {
+        let (d, waited) = h.await.unwrap();
+        assert!(d.allowed());
+        assert!(
+            waited >= TIMEOUT && waited <= TIMEOUT + TICK,
+            "waited {waited:?}"
+        );
+    }
+    assert!(started.elapsed() <= TIMEOUT + TICK);
+    assert_eq!(limiter.backend(), Backend::Memory);
+    // From now on no request touches Redis: no time passes at all.
+    let t = tokio::time::Instant::now();
+    // Memory starts empty: "u" gets its limit of 2 again, then no more.
+    assert!(limiter.check("u", "/").await.allowed());
+    assert!(limiter.check("u", "/").await.allowed());
+    assert!(
+        !limiter.check("u", "/").await.allowed(),
+        "limit 2 holds on memory"
+    );
+    assert_eq!(t.elapsed(), Duration::ZERO);
+    server.resume();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_paused_under_load_in_real_time() {
+    let server = RedisServer::start();
+    let limiter = RateLimiter::connect(redis_config(&server, 0, 0, 1_000_000)).await;
+    assert_eq!(limiter.backend(), Backend::Redis);
+    let limiter = Arc::new(limiter);
+    let load = {
+        let limiter = limiter.clone();
+        tokio::spawn(async move {
+            let mut worst = Duration::ZERO;
+            let mut answered = 0;
+            for i in 0..400 {
+                let t = std::time::Instant::now();
+                let d = limiter.check(&format!("u{}", i % 7), "/").await;
+                worst = worst.max(t.elapsed());
+                answered += usize::from(d.allowed());
+                if i % 50 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            (answered, worst)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    server.pause();
+    let (answered, worst) = load.await.unwrap();
+    server.resume();
+    assert_eq!(
+        answered, 400,
+        "every request answered and admitted (limit far away)"
+    );
+    // Real time on a shared 2-core machine: the bound is the timeout plus scheduling slack.
+    assert!(
+        worst < TIMEOUT + Duration::from_millis(100),
+        "worst wait {worst:?}"
+    );
+    assert_eq!(limiter.backend(), Backend::Memory);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_user_deletes_the_key() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let limiter = connected(redis_config(&server, 1, 0, 0), &clock).await;
+    assert!(limiter.check("alice", "/").await.allowed());
+    assert!(!limiter.check("alice", "/").await.allowed());
+    limiter.reset_user("alice").await;
+    assert_eq!(server.cli(&["EXISTS", "rate_limit:user:alice"]).trim(), "0");
+    assert!(limiter.check("alice", "/").await.allowed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_prefix_is_used_and_other_prefixes_are_untouched() {
+    let server = RedisServer::start();
+    server.cli(&["SET", "rate_limit:user:alice", "not ours"]);
+    let config = limits(1, 0, 0, MINUTE)
+        .key_prefix("app2")
+        .redis_url(server.url())
+        .build()
+        .unwrap();
+    let clock = ManualClock::new();
+    let limiter = connected(config, &clock).await;
+    assert!(limiter.check("alice", "/").await.allowed());
+    assert_eq!(server.cli(&["ZCARD", "app2:user:alice"]).trim(), "1");
+    assert_eq!(
+        server.cli(&["GET", "rate_limit:user:alice"]).trim(),
+        "not ours"
+    );
+}
