@@ -1,0 +1,195 @@
+//! The demo server as its users run it: separate processes, real HTTP, one shared Redis.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::RedisServer;
+use reqwest::StatusCode;
+
+/// `target/<profile>/examples/server`, which `cargo test` builds with the tests.
+fn server_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap(); // target/<profile>/deps -> target/<profile>
+    let path = dir.join("examples").join("server");
+    if !path.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--example", "server"])
+            .status()
+            .unwrap();
+        assert!(status.success(), "cargo build --example server");
+    }
+    path
+}
+
+/// A running demo server, killed when dropped.
+struct Demo {
+    child: Child,
+    addr: String,
+}
+
+impl Demo {
+    fn start(args: &[&str]) -> Self {
+        let mut child = Command::new(server_binary())
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("first line {line:?}"))
+            .to_owned();
+        Self { child, addr }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_burst_gets_exactly_five_200s_then_429s() {
+    let demo = Demo::start(&["--window", "60s", "--user-limit", "5"]);
+    let client = reqwest::Client::new();
+    let mut statuses = Vec::new();
+    for i in 0..8 {
+        let resp = client
+            .get(demo.url(&format!("/api/v1/items/{i}")))
+            .header("x-user-id", "burst")
+            .send()
+            .await
+            .unwrap();
+        let remaining = resp.headers()["x-ratelimit-remaining"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let retry: u64 = resp.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        if resp.status() == StatusCode::OK {
+            assert_eq!(remaining, (4 - i).to_string());
+            assert_eq!(retry, 0);
+        } else {
+            assert_eq!(remaining, "0");
+            assert!((1..=60).contains(&retry));
+        }
+        statuses.push(resp.status().as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 429, 429, 429]);
+    let health = client.get(demo.url("/health")).send().await.unwrap();
+    assert_eq!(health.status(), StatusCode::OK);
+    let post = client
+        .post(demo.url("/api/v1/items"))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(post.status(), StatusCode::CREATED);
+}
+
+#[tokio::test]
+async fn bad_flags_are_a_clear_error_not_a_crash() {
+    let out = Command::new(server_binary())
+        .args(["--window", "0s"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("window"), "{err}");
+    let out = Command::new(server_binary())
+        .args(["--user-limit", "many"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// Two server processes behind one Redis: hundreds of concurrent requests spread over both
+/// admit exactly the global limit, not one more, not one less.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_server_processes_on_one_redis_admit_exactly_the_limit() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let args = [
+        "--window",
+        "60s",
+        "--user-limit",
+        "0",
+        "--endpoint-limit",
+        "0",
+        "--global-limit",
+        "100",
+        "--redis",
+        &url,
+        "--redis-timeout",
+        "2s",
+    ];
+    let a = Demo::start(&args);
+    let b = Demo::start(&args);
+    let client = reqwest::Client::new();
+    let mut handles = Vec::new();
+    for i in 0..400 {
+        let url = if i % 2 == 0 {
+            a.url("/api/v1/items")
+        } else {
+            b.url("/api/v1/items")
+        };
+        let client = client.clone();
+        handles.push(tokio::spawn(async move {
+            client.get(url).send().await.unwrap().status()
+        }));
+    }
+    let mut ok = 0;
+    let mut limited = 0;
+    for h in handles {
+        match h.await.unwrap() {
+            StatusCode::OK => ok += 1,
+            StatusCode::TOO_MANY_REQUESTS => limited += 1,
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!((ok, limited), (100, 300));
+    assert_eq!(redis.cli(&["ZCARD", "rate_limit:global"]).trim(), "100");
+}
+
+#[tokio::test]
+async fn the_server_keeps_answering_when_its_redis_dies() {
+    let mut redis = RedisServer::start();
+    let url = redis.url();
+    let demo = Demo::start(&["--user-limit", "3", "--redis", &url]);
+    let client = reqwest::Client::new();
+    let get = || {
+        client
+            .get(demo.url("/api/v1/items"))
+            .header("x-user-id", "z")
+            .send()
+    };
+    assert_eq!(get().await.unwrap().status(), StatusCode::OK);
+    redis.kill();
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        let t = std::time::Instant::now();
+        statuses.push(get().await.unwrap().status().as_u16());
+        assert!(t.elapsed() < Duration::from_millis(500));
+    }
+    // Memory starts empty after the fallback: three more, then 429s.
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+}
