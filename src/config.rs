@@ -105,7 +105,6 @@ pub struct RateLimitConfig {
 
 impl RateLimitConfig {
     /// Starts a builder: a 60 s window, every tier off (limit 0), prefix `rate_limit`, memory.
-    #[must_use]
     pub fn builder() -> RateLimitConfigBuilder {
         RateLimitConfigBuilder::default()
     }

@@ -267,8 +267,11 @@ fn too_many_requests<B>(decision: &Decision) -> Response<ResponseBody<B>> {
 
 /// The future of [`RateLimit`]: the check, then the inner service.
 pub struct ResponseFuture<B, E> {
-    inner: Pin<Box<dyn Future<Output = Result<Response<ResponseBody<B>>, E>> + Send>>,
+    inner: BoxedResponse<B, E>,
 }
+
+type BoxedResponse<B, E> =
+    Pin<Box<dyn Future<Output = Result<Response<ResponseBody<B>>, E>> + Send>>;
 
 impl<B, E> fmt::Debug for ResponseFuture<B, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

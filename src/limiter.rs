@@ -113,17 +113,17 @@ impl RateLimiter {
 
     /// Like [`new`](Self::new), but waits (at most the config's connect timeout) until the first
     /// connection to Redis is up, or has failed and the limiter has fallen back to memory.
-    #[cfg(feature = "redis")]
+    /// Returns at once on memory.
     pub async fn connect(config: RateLimitConfig) -> Self {
         let limiter = Self::new(config);
         limiter.wait_connected().await;
         limiter
     }
 
-    /// Waits (at most the connect timeout) until the Redis connection is up or has failed. Does
-    /// nothing on memory.
-    #[cfg(feature = "redis")]
+    /// Waits (at most the connect timeout) until the Redis connection is up or has failed (and
+    /// the limiter has fallen back to memory). Returns at once on memory.
     pub async fn wait_connected(&self) {
+        #[cfg(feature = "redis")]
         if let StoreKind::Redis(store) = &self.inner.store {
             store.wait_connected().await;
         }

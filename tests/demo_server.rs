@@ -1,4 +1,5 @@
 //! The demo server as its users run it: separate processes, real HTTP, one shared Redis.
+#![cfg(all(feature = "redis", feature = "axum"))]
 
 mod common;
 

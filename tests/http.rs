@@ -1,4 +1,5 @@
 //! The layer end to end: axum routers served on real TCP listeners, hit with real HTTP requests.
+#![cfg(feature = "axum")]
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -1,5 +1,6 @@
 //! The Redis store against real `redis-server` processes this test starts: sharing between
 //! limiters, one round trip per check, and the fallback when Redis is absent, killed or paused.
+#![cfg(feature = "redis")]
 
 mod common;
 

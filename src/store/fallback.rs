@@ -87,16 +87,14 @@ impl Store for FallbackStore {
         self.check_or_fallback(request)
     }
 
-    fn reset(&self, tier: Tier, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
-        async move {
-            let active = self.active.load_full();
-            if let Active::Redis(redis) = &*active {
-                if let Err(error) = Store::reset(redis, tier, id).await {
-                    self.fall_back(&error);
-                }
+    async fn reset(&self, tier: Tier, id: &str) -> Result<(), StoreError> {
+        let active = self.active.load_full();
+        if let Active::Redis(redis) = &*active {
+            if let Err(error) = Store::reset(redis, tier, id).await {
+                self.fall_back(&error);
             }
-            Store::reset(&self.memory, tier, id).await
         }
+        Store::reset(&self.memory, tier, id).await
     }
 
     fn backend(&self) -> Backend {

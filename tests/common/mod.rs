@@ -281,6 +281,7 @@ macro_rules! contract_tests {
                 }
             )*
         }
+        #[cfg(feature = "redis")]
         mod redis {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
