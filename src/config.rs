@@ -60,6 +60,9 @@ pub struct RedisConfig {
     /// Where the Redis store takes `now` from.
     #[serde(default)]
     pub time_source: TimeSource,
+    /// Treat the URL as a Redis Cluster even without a `redis-cluster://` scheme.
+    #[serde(default)]
+    pub cluster: bool,
 }
 
 fn default_command_timeout() -> Duration {
@@ -237,7 +240,15 @@ impl RateLimitConfigBuilder {
             command_timeout: default_command_timeout(),
             connect_timeout: default_connect_timeout(),
             time_source: TimeSource::App,
+            cluster: false,
         })
+    }
+
+    /// Treat the Redis URL as a Redis Cluster (also implied by `redis-cluster://` URLs and by
+    /// `?node=` parameters naming further nodes).
+    pub fn redis_cluster(mut self, cluster: bool) -> Self {
+        self.redis_mut().cluster = cluster;
+        self
     }
 
     /// Validates the configuration.
@@ -406,7 +417,7 @@ fn validate_redis(redis: &RedisConfig) -> Result<(), ConfigError> {
     }
     #[cfg(feature = "redis")]
     {
-        fred::types::config::Config::from_url(&redis.url)
+        crate::store::redis_client_config(redis)
             .map(|_| ())
             .map_err(|e| ConfigError::InvalidRedisUrl(e.details().to_string()))
     }

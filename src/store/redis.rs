@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use fred::prelude::{
     Builder, Client, ClientLike, Config, ConnectionConfig, Error as FredError, KeysInterface,
-    PerformanceConfig,
+    PerformanceConfig, SortedSetsInterface,
 };
 use fred::types::scripts::Script;
 use tokio::sync::watch;
 
-use super::{Backend, Store, StoreError, StoreOutcome, StoreRequest};
+use super::{Backend, Store, StoreError, StoreOutcome, StoreRequest, TierCheck};
 use crate::clock::saturating_micros;
 use crate::config::{RedisConfig, TimeSource};
 use crate::decision::Tier;
@@ -56,6 +56,7 @@ struct Inner {
     command_timeout: Duration,
     connect_timeout: Duration,
     time_source: TimeSource,
+    clustered: bool,
     instance: u64,
     counter: AtomicU64,
     conn: watch::Sender<Conn>,
@@ -75,11 +76,14 @@ impl RedisStore {
     /// A store on the Redis named by `config`, its keys under `prefix`. Starts connecting if
     /// called inside a tokio runtime; never blocks.
     pub fn new(prefix: &str, config: &RedisConfig) -> Self {
-        let (client, failed) = match build_client(config) {
-            Ok(client) => (client, false),
+        let (client, failed, clustered) = match build_client(config) {
+            Ok(client) => {
+                let clustered = client.is_clustered();
+                (client, false, clustered)
+            }
             Err(error) => {
                 tracing::warn!(%error, "invalid Redis configuration");
-                (Client::default(), true)
+                (Client::default(), true, false)
             }
         };
         let store = Self {
@@ -90,6 +94,7 @@ impl RedisStore {
                 command_timeout: config.command_timeout,
                 connect_timeout: config.connect_timeout,
                 time_source: config.time_source,
+                clustered,
                 instance: random_u64(),
                 counter: AtomicU64::new(0),
                 conn: watch::Sender::new(if failed {
@@ -183,26 +188,96 @@ impl RedisStore {
             return Err(StoreError::new("Redis is unreachable"));
         }
         let inner = &*self.inner;
-        let keys: Vec<String> = req.tiers.iter().map(|t| self.key(t.tier, t.id)).collect();
         let now = match inner.time_source {
             TimeSource::App => saturating_micros(req.now).to_string(),
             TimeSource::Redis => String::new(),
         };
         let counter = inner.counter.fetch_add(1, Ordering::Relaxed);
         let member = format!("{:016x}{counter:x}", inner.instance);
-        let mut args: Vec<String> = Vec::with_capacity(4 + req.tiers.len());
-        args.push(now);
-        args.push(saturating_micros(req.window).to_string());
-        args.push(req.cost.to_string());
-        args.push(member);
-        args.extend(req.tiers.iter().map(|t| t.limit.to_string()));
-        let reply: Vec<i64> = inner
-            .script
-            .evalsha_with_reload(&inner.client, keys, args)
-            .await
-            .map_err(|e| fred_error("rate limit script failed", e))?;
-        parse_reply(&reply, req)
+        if inner.clustered && req.tiers.len() > 1 {
+            return self.check_per_tier(req, now, member).await;
+        }
+        let keys: Vec<String> = req.tiers.iter().map(|t| self.key(t.tier, t.id)).collect();
+        let limits = req.tiers.iter().map(|t| t.limit);
+        let reply = self
+            .eval(keys, script_args(req, now, member, limits))
+            .await?;
+        parse_reply(&reply, req.tiers)
     }
+
+    /// Redis Cluster: the tiers' keys live in different slots (and usually on different
+    /// nodes), so one script cannot see them all. The script runs per tier, in tier order, on
+    /// the node owning that key; when a later tier denies, the entries this request recorded in
+    /// the earlier tiers are removed again (by their unique member), so a denied request spends
+    /// no quota. Never over-admits; a concurrent request may be denied by a reservation that is
+    /// then rolled back.
+    async fn check_per_tier(
+        &self,
+        req: &StoreRequest<'_>,
+        now: String,
+        member: String,
+    ) -> Result<StoreOutcome, StoreError> {
+        let mut recorded: Vec<String> = Vec::with_capacity(req.tiers.len());
+        let mut remaining = u64::MAX;
+        for (i, tier) in req.tiers.iter().enumerate() {
+            let key = self.key(tier.tier, tier.id);
+            let args = script_args(req, now.clone(), member.clone(), [tier.limit]);
+            let reply = self.eval(vec![key.clone()], args).await?;
+            match parse_reply(&reply, &req.tiers[i..=i])? {
+                StoreOutcome::Admitted { remaining: left } => {
+                    remaining = remaining.min(left);
+                    recorded.push(key);
+                }
+                denied @ StoreOutcome::Denied { .. } => {
+                    self.roll_back(&recorded, &member, req.cost).await?;
+                    return Ok(denied);
+                }
+            }
+        }
+        Ok(StoreOutcome::Admitted { remaining })
+    }
+
+    /// Removes this request's members from `keys`, all at once.
+    async fn roll_back(&self, keys: &[String], member: &str, cost: u64) -> Result<(), StoreError> {
+        let members: Vec<String> = if cost == 1 {
+            vec![member.to_owned()]
+        } else {
+            (1..=cost).map(|k| format!("{member}:{k}")).collect()
+        };
+        let removals = keys.iter().map(|key| {
+            self.inner
+                .client
+                .zrem::<i64, _, _>(key.as_str(), members.clone())
+        });
+        // Sent together: fred pipelines them, one round trip per node.
+        for result in futures_util::future::join_all(removals).await {
+            result.map_err(|e| fred_error("rolling back a reservation failed", e))?;
+        }
+        Ok(())
+    }
+
+    async fn eval(&self, keys: Vec<String>, args: Vec<String>) -> Result<Vec<i64>, StoreError> {
+        self.inner
+            .script
+            .evalsha_with_reload(&self.inner.client, keys, args)
+            .await
+            .map_err(|e| fred_error("rate limit script failed", e))
+    }
+}
+
+fn script_args(
+    req: &StoreRequest<'_>,
+    now: String,
+    member: String,
+    limits: impl IntoIterator<Item = u64>,
+) -> Vec<String> {
+    let mut args = Vec::with_capacity(4 + req.tiers.len());
+    args.push(now);
+    args.push(saturating_micros(req.window).to_string());
+    args.push(req.cost.to_string());
+    args.push(member);
+    args.extend(limits.into_iter().map(|l| l.to_string()));
+    args
 }
 
 impl Inner {
@@ -216,7 +291,7 @@ impl Inner {
     }
 }
 
-fn parse_reply(reply: &[i64], req: &StoreRequest<'_>) -> Result<StoreOutcome, StoreError> {
+fn parse_reply(reply: &[i64], tiers: &[TierCheck<'_>]) -> Result<StoreOutcome, StoreError> {
     let bad = || {
         StoreError::new(format!(
             "unexpected reply from the rate limit script: {reply:?}"
@@ -230,7 +305,7 @@ fn parse_reply(reply: &[i64], req: &StoreRequest<'_>) -> Result<StoreOutcome, St
             let tier = usize::try_from(index)
                 .ok()
                 .and_then(|i| i.checked_sub(1))
-                .and_then(|i| req.tiers.get(i))
+                .and_then(|i| tiers.get(i))
                 .ok_or_else(bad)?
                 .tier;
             Ok(StoreOutcome::Denied {
@@ -246,8 +321,17 @@ fn fred_error(message: &str, error: FredError) -> StoreError {
     StoreError::with_source(format!("{message}: {error}"), error)
 }
 
+/// fred's config for the URL: clustered for `redis-cluster://` URLs or `cluster = true`.
+pub(crate) fn client_config(config: &RedisConfig) -> Result<Config, FredError> {
+    if config.cluster {
+        Config::from_url_clustered(&config.url)
+    } else {
+        Config::from_url(&config.url)
+    }
+}
+
 fn build_client(config: &RedisConfig) -> Result<Client, FredError> {
-    let redis = Config::from_url(&config.url)?;
+    let redis = client_config(config)?;
     let mut builder = Builder::from_config(redis);
     builder
         .set_performance_config(PerformanceConfig {

@@ -198,12 +198,129 @@ impl Drop for RedisServer {
     }
 }
 
+/// A three-master Redis Cluster of `redis-server --cluster-enabled yes` processes on free
+/// ports, joined with `redis-cli --cluster create`. Killed when dropped.
+pub struct RedisCluster {
+    /// The masters.
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts three masters and waits until the cluster is `ok` on each.
+    pub fn start() -> Self {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "1000",
+                ])
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("run redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ok = nodes
+                .iter()
+                .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"));
+            if ok {
+                break;
+            }
+            assert!(Instant::now() < deadline, "cluster never reached state ok");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self { nodes }
+    }
+
+    /// The same, for a cluster shared by a whole test binary: its processes are also killed by
+    /// a watchdog when the test process ends (statics are never dropped).
+    pub fn shared() -> &'static RedisCluster {
+        static CLUSTER: std::sync::OnceLock<RedisCluster> = std::sync::OnceLock::new();
+        CLUSTER.get_or_init(|| {
+            let cluster = Self::start();
+            let pids: Vec<String> = cluster
+                .nodes
+                .iter()
+                .filter_map(|n| n.pid().map(|p| p.to_string()))
+                .collect();
+            let script = format!(
+                "while kill -0 {} 2>/dev/null; do sleep 0.5; done; kill -9 {} 2>/dev/null",
+                std::process::id(),
+                pids.join(" ")
+            );
+            // Never waited for: it must outlive this process to clean up after it.
+            #[allow(clippy::zombie_processes)]
+            Command::new("bash")
+                .args(["-c", &script])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn watchdog");
+            cluster
+        })
+    }
+
+    /// `redis-cluster://` URL naming every node.
+    pub fn url(&self) -> String {
+        let mut url = format!("redis-cluster://127.0.0.1:{}", self.nodes[0].port());
+        for (i, n) in self.nodes.iter().enumerate().skip(1) {
+            url.push(if i == 1 { '?' } else { '&' });
+            url.push_str(&format!("node=127.0.0.1:{}", n.port()));
+        }
+        url
+    }
+
+    /// The index of the master that owns `key` (asked directly: the others answer MOVED).
+    pub fn owner_of(&self, key: &str) -> usize {
+        self.nodes
+            .iter()
+            .position(|n| {
+                !n.command(&["EXISTS", key])
+                    .unwrap_or_default()
+                    .starts_with("-MOVED")
+            })
+            .expect("some node owns every slot")
+    }
+
+    /// A command's calls summed over every master (`INFO commandstats`).
+    pub fn command_calls(&self, command: &str) -> u64 {
+        self.nodes.iter().map(|n| n.command_calls(command)).sum()
+    }
+
+    /// Sends a command to the master owning `key`, returning its reply as redis-cli prints it.
+    pub fn cli_for(&self, key: &str, args: &[&str]) -> String {
+        self.nodes[self.owner_of(key)].cli(args)
+    }
+}
+
+static PREFIX_SEQ: AtomicU64 = AtomicU64::new(0);
+
 /// A backend the store contract runs against. It owns what it started.
 pub enum TestBackend {
     /// The in-memory store.
     Memory,
     /// A Redis server of this test's own.
     Redis(RedisServer),
+    /// The test binary's shared Redis Cluster, under a key prefix of this test's own.
+    Cluster(&'static RedisCluster, String),
 }
 
 impl TestBackend {
@@ -215,6 +332,12 @@ impl TestBackend {
     /// A fresh Redis server for this test.
     pub fn redis() -> Self {
         Self::Redis(RedisServer::start())
+    }
+
+    /// The shared cluster, with a fresh key prefix.
+    pub fn cluster() -> Self {
+        let prefix = format!("t{}", PREFIX_SEQ.fetch_add(1, Ordering::Relaxed));
+        Self::Cluster(RedisCluster::shared(), prefix)
     }
 
     /// A limiter on this backend, driven by `clock`, connected before it returns.
@@ -239,6 +362,12 @@ impl TestBackend {
                 .redis_command_timeout(Duration::from_secs(2))
                 .build()
                 .expect("valid config"),
+            Self::Cluster(cluster, prefix) => config
+                .key_prefix(prefix.as_str())
+                .redis_url(cluster.url())
+                .redis_command_timeout(Duration::from_secs(2))
+                .build()
+                .expect("valid config"),
         }
     }
 
@@ -246,14 +375,14 @@ impl TestBackend {
     pub fn expected_backend(&self) -> Backend {
         match self {
             Self::Memory => Backend::Memory,
-            Self::Redis(_) => Backend::Redis,
+            Self::Redis(_) | Self::Cluster(..) => Backend::Redis,
         }
     }
 
     /// The Redis server, if any.
     pub fn server(&self) -> Option<&RedisServer> {
         match self {
-            Self::Memory => None,
+            Self::Memory | Self::Cluster(..) => None,
             Self::Redis(s) => Some(s),
         }
     }
@@ -269,7 +398,8 @@ pub fn limits(user: u64, endpoint: u64, global: u64, window: Duration) -> RateLi
 }
 
 /// Runs each named contract test (an `async fn(TestBackend)` in the `contract` module) against
-/// every backend: `memory::name` and `redis::name`.
+/// every backend: `memory::name`, `redis::name` and `cluster::name` (on the binary's shared
+/// three-master cluster).
 #[macro_export]
 macro_rules! contract_tests {
     ($($name:ident),* $(,)?) => {
@@ -287,6 +417,15 @@ macro_rules! contract_tests {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::contract::$name($crate::common::TestBackend::redis()).await;
+                }
+            )*
+        }
+        #[cfg(feature = "redis")]
+        mod cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::contract::$name($crate::common::TestBackend::cluster()).await;
                 }
             )*
         }

@@ -1,0 +1,222 @@
+//! Redis Cluster: three masters started by this binary. The store contract runs against the
+//! same cluster in `tests/store_contract.rs` (`cluster::*`).
+#![cfg(feature = "redis")]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{RedisCluster, TestBackend};
+use tiered_ratelimit::{Backend, ManualClock, RateLimitConfig, RateLimiter, Tier};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn config(
+    cluster: &RedisCluster,
+    prefix: &str,
+    user: u64,
+    endpoint: u64,
+    global: u64,
+) -> RateLimitConfig {
+    RateLimitConfig::builder()
+        .window(MINUTE)
+        .user_limit(user)
+        .endpoint_limit(endpoint)
+        .global_limit(global)
+        .key_prefix(prefix)
+        .redis_url(cluster.url())
+        .redis_command_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap()
+}
+
+async fn limiter(config: RateLimitConfig, clock: &ManualClock) -> RateLimiter {
+    let limiter = RateLimiter::builder(config).clock(clock.clone()).build();
+    limiter.wait_connected().await;
+    assert_eq!(limiter.backend(), Backend::Redis);
+    limiter
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_requests_three_keys_land_on_different_masters() {
+    let cluster = RedisCluster::shared();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    // The slots follow the key names: take the first user whose key lands on the master that
+    // neither the endpoint's nor the global key uses (CRC16 spreads them; one is near).
+    let l = limiter(config(cluster, "rate_limit", 5, 5, 5), &clock).await;
+    let global = "rate_limit:global";
+    let g = cluster.owner_of(global);
+    let route = (0..1000)
+        .map(|i| format!("/api/v{i}/items"))
+        .find(|r| cluster.owner_of(&format!("rate_limit:endpoint:{r}")) != g)
+        .expect("some route on another master");
+    let endpoint_key = format!("rate_limit:endpoint:{route}");
+    let endpoint = endpoint_key.as_str();
+    let e = cluster.owner_of(endpoint);
+    let user = (0..1000)
+        .map(|i| format!("user-{i}"))
+        .find(|u| {
+            let o = cluster.owner_of(&format!("rate_limit:user:{u}"));
+            o != e && o != g
+        })
+        .expect("some user on another master");
+    let user_key = format!("rate_limit:user:{user}");
+    assert!(l.check(&user, &route).await.allowed());
+    let keys = [user_key.as_str(), endpoint, global];
+    let owners: Vec<usize> = keys.iter().map(|k| cluster.owner_of(k)).collect();
+    let mut distinct = owners.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 3, "owners {owners:?}");
+    for key in keys {
+        assert_eq!(cluster.cli_for(key, &["ZCARD", key]).trim(), "1", "{key}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_trips_per_check_on_the_cluster() {
+    let cluster = RedisCluster::shared();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let l = limiter(config(cluster, "rt", 0, 3, 100), &clock).await;
+    let (evals, zrems) = (
+        cluster.command_calls("evalsha"),
+        cluster.command_calls("zrem"),
+    );
+    // Admitted: one EVALSHA per enabled tier (2 here), no rollback.
+    for _ in 0..3 {
+        assert!(l.check("u", "/e").await.allowed());
+    }
+    assert_eq!(cluster.command_calls("evalsha") - evals, 6);
+    assert_eq!(cluster.command_calls("zrem") - zrems, 0);
+    // Denied by the first tier: one EVALSHA, nothing to roll back.
+    assert_eq!(l.check("u", "/e").await.blocked_by(), Some(Tier::Endpoint));
+    assert_eq!(cluster.command_calls("evalsha") - evals, 7);
+    assert_eq!(cluster.command_calls("zrem") - zrems, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_tier_denial_rolls_back_the_earlier_reservations() {
+    let cluster = RedisCluster::shared();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let l = limiter(config(cluster, "rb", 10, 10, 2), &clock).await;
+    assert!(l.check("a", "/x").await.allowed());
+    assert!(l.check("b", "/y").await.allowed());
+    let zrems = cluster.command_calls("zrem");
+    let d = l.check("c", "/z").await;
+    assert_eq!(d.blocked_by(), Some(Tier::Global));
+    // User and endpoint reserved, then rolled back: one ZREM each, nothing left.
+    assert_eq!(cluster.command_calls("zrem") - zrems, 2);
+    for key in ["rb:user:c", "rb:endpoint:/z"] {
+        assert_eq!(cluster.cli_for(key, &["ZCARD", key]).trim(), "0", "{key}");
+    }
+    assert_eq!(
+        cluster.cli_for("rb:global", &["ZCARD", "rb:global"]).trim(),
+        "2"
+    );
+}
+
+/// Many concurrent tasks on two limiters: never more than a limit, and with the user tier the
+/// binding one, exactly the limit (rolled-back reservations cannot starve anyone for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exact_under_concurrency_on_the_cluster() {
+    let cluster = RedisCluster::shared();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let a = limiter(config(cluster, "ex", 0, 0, 150), &clock).await;
+    let b = limiter(config(cluster, "ex", 0, 0, 150), &clock).await;
+    let mut handles = Vec::new();
+    for i in 0..600 {
+        let l = if i % 2 == 0 { a.clone() } else { b.clone() };
+        handles.push(tokio::spawn(async move {
+            l.check(&format!("user-{}", i % 40), "/api").await.allowed()
+        }));
+    }
+    let mut admitted = 0;
+    for h in handles {
+        admitted += usize::from(h.await.unwrap());
+    }
+    assert_eq!(admitted, 150);
+    assert_eq!(
+        cluster.cli_for("ex:global", &["ZCARD", "ex:global"]).trim(),
+        "150"
+    );
+
+    // Three tiers at once; the global tier binds: at most 100, and the tiers agree.
+    let c = limiter(config(cluster, "ex3", 4, 60, 100), &clock).await;
+    let d = limiter(config(cluster, "ex3", 4, 60, 100), &clock).await;
+    let mut handles = Vec::new();
+    for i in 0..600 {
+        let l = if i % 2 == 0 { c.clone() } else { d.clone() };
+        handles.push(tokio::spawn(async move {
+            l.check(&format!("user-{}", i % 50), &format!("/route/{}", i % 3))
+                .await
+                .allowed()
+        }));
+    }
+    let mut admitted = 0;
+    for h in handles {
+        admitted += usize::from(h.await.unwrap());
+    }
+    assert!(admitted <= 100, "admitted {admitted}");
+    let global: usize = cluster
+        .cli_for("ex3:global", &["ZCARD", "ex3:global"])
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        global, admitted,
+        "every admitted request is recorded, every denied one rolled back"
+    );
+    let mut endpoints = 0;
+    for r in 0..3 {
+        let key = format!("ex3:endpoint:/route/{r}");
+        let n: usize = cluster
+            .cli_for(&key, &["ZCARD", &key])
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(n <= 60);
+        endpoints += n;
+    }
+    assert_eq!(endpoints, admitted);
+    println!("three tiers on the cluster: {admitted} admitted of 600 (global limit 100)");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_killed_mid_run_falls_back_and_no_request_fails() {
+    // A cluster of this test's own: killing a master must not disturb the other tests.
+    let mut cluster = RedisCluster::start();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let l = limiter(config(&cluster, "rate_limit", 5, 0, 0), &clock).await;
+    let owner = cluster.owner_of("rate_limit:user:victim");
+    for _ in 0..2 {
+        assert!(l.check("victim", "/").await.allowed());
+    }
+    cluster.nodes[owner].kill();
+    let started = std::time::Instant::now();
+    let handles: Vec<_> = (0..30)
+        .map(|_| {
+            let l = l.clone();
+            tokio::spawn(async move { l.check("victim", "/").await.allowed() })
+        })
+        .collect();
+    let mut admitted = 0;
+    for h in handles {
+        admitted += usize::from(h.await.unwrap()); // every request answered
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(l.backend(), Backend::Memory);
+    assert_eq!(admitted, 5, "memory starts empty and enforces the limit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_contract_backend_runs_on_this_cluster() {
+    let b = TestBackend::cluster();
+    let clock = ManualClock::new();
+    let l = b.limiter(common::limits(1, 1, 1, MINUTE), &clock).await;
+    assert!(l.check("x", "/").await.allowed());
+    assert!(!l.check("x", "/").await.allowed());
+}
