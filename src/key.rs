@@ -23,8 +23,25 @@ pub const MAX_RAW_ID_LEN: usize = 128;
 /// router). `@` cannot start an encoded route, so no route template can take it.
 pub const UNMATCHED_ENDPOINT: &str = "@unmatched";
 
+/// `SAFE[b]`: byte `b` may stand in a key part as it is.
+static SAFE: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = (b as u8).is_ascii_alphanumeric();
+        b += 1;
+    }
+    let extra = b"-._~:/!$&'()*+,;=|<>[]^`";
+    let mut i = 0;
+    while i < extra.len() {
+        table[extra[i] as usize] = true;
+        i += 1;
+    }
+    table
+};
+
 fn is_safe(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"-._~:/!$&'()*+,;=|<>[]^`".contains(&b)
+    SAFE[usize::from(b)]
 }
 
 /// Encodes an id or a route into a key part (see the module docs).

@@ -222,7 +222,9 @@ impl RateLimiter {
         let outcome = match &self.inner.store {
             StoreKind::Memory(store) => store.check_sync(&store_request),
             #[cfg(feature = "redis")]
-            StoreKind::Redis(store) => store.check_or_fallback(&store_request).await,
+            // Boxed: fred's futures are kilobytes, and an unboxed one would make every check's
+            // future that large (and memcpy'd), memory path included.
+            StoreKind::Redis(store) => Box::pin(store.check_or_fallback(&store_request)).await,
             StoreKind::Custom(store) => store.check(&store_request).await,
         };
         match outcome {

@@ -102,16 +102,60 @@ async fn one_check_is_one_round_trip() {
     let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
     let limiter = connected(redis_config(&server, 5, 100, 1000), &clock).await;
     let before = server.command_calls("evalsha");
-    for i in 0..20 {
+    // 3 users × 6 checks: 5 admitted and 1 denied each, each one EVALSHA.
+    for i in 0..18 {
         limiter.check(&format!("u{}", i % 3), "/e").await;
     }
-    assert_eq!(server.command_calls("evalsha") - before, 20);
+    assert_eq!(server.command_calls("evalsha") - before, 18);
     assert_eq!(server.command_calls("eval"), 0);
     assert_eq!(
         server.command_calls("zadd"),
         45,
         "3 tiers × 15 admitted (3 users × limit 5)"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_from_one_user_costs_redis_nothing_after_the_first_denial() {
+    let server = RedisServer::start();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let limiter = connected(redis_config(&server, 5, 0, 0), &clock).await;
+    let before = server.command_calls("evalsha");
+    let mut admitted = 0;
+    for _ in 0..5 {
+        admitted += usize::from(limiter.check("flood", "/").await.allowed());
+    }
+    let first = limiter.check("flood", "/").await;
+    assert_eq!(server.command_calls("evalsha") - before, 6);
+    clock.advance(Duration::from_secs(30));
+    for _ in 0..1_000 {
+        let d = limiter.check("flood", "/").await;
+        assert!(!d.allowed());
+        assert_eq!(d.blocked_by(), Some(Tier::User));
+        // The same answer Redis gave, 30 s later.
+        assert_eq!(
+            d.retry_after() + Duration::from_secs(30),
+            first.retry_after()
+        );
+    }
+    assert_eq!(admitted, 5);
+    assert_eq!(
+        server.command_calls("evalsha") - before,
+        6,
+        "0 Redis calls per denied request after the first"
+    );
+    // Other users still go to Redis; and when the block ends, so does the flooder.
+    assert!(limiter.check("other", "/").await.allowed());
+    clock.advance(Duration::from_secs(31));
+    assert!(limiter.check("flood", "/").await.allowed());
+    assert_eq!(server.command_calls("evalsha") - before, 8);
+    // A reset forgets the cached block at once.
+    for _ in 0..5 {
+        limiter.check("flood", "/").await;
+    }
+    assert!(!limiter.check("flood", "/").await.allowed());
+    limiter.reset_user("flood").await;
+    assert!(limiter.check("flood", "/").await.allowed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

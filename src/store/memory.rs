@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dashmap::mapref::entry::Entry;
+use dashmap::mapref::one::RefMut;
 use dashmap::DashMap;
 use parking_lot::{Mutex, MutexGuard};
 
@@ -15,16 +15,15 @@ use crate::clock::saturating_micros;
 use crate::config::DEFAULT_MAX_TRACKED_KEYS;
 use crate::decision::Tier;
 
-type SharedLog = Arc<Mutex<Log>>;
-type LogMap = DashMap<Box<str>, SharedLog, ahash::RandomState>;
+type LogMap = DashMap<Box<str>, Log, ahash::RandomState>;
+
+/// Shards per map: enough that checks of different keys rarely meet on one shard lock.
+const SHARDS: usize = 64;
 
 /// One key's sliding log: the admitted requests' timestamps (µs since the epoch), oldest first.
 #[derive(Debug, Default)]
 struct Log {
     entries: VecDeque<u64>,
-    /// Set, under the lock, by whoever removes the log from its map; a check that finds it set
-    /// looks the key up again, so nothing is ever recorded in a log that is no longer in the map.
-    dead: bool,
 }
 
 impl Log {
@@ -41,16 +40,17 @@ impl Log {
     }
 }
 
-/// The in-memory store: sliding logs in a [`DashMap`], exact under any number of threads.
+/// The in-memory store: sliding logs in [`DashMap`]s, exact under any number of threads.
 ///
 /// # Exactness
-/// A check takes the logs of all its tiers (user, endpoint, global), locks them in one global
-/// order (so two checks can never deadlock), trims them, and only if every tier has room records
-/// the request in all of them. So no tier admits more than its limit in any window, and a denied
-/// request leaves no trace, however many threads check at once.
+/// A check holds the locks of all its tiers at once — the user key's shard of the users map,
+/// the endpoint key's shard of the endpoints map, the global log's mutex, always taken in that
+/// order, so two checks can never deadlock — trims the logs, and only if every tier has room
+/// records the request in all of them. So no tier admits more than its limit in any window,
+/// and a denied request leaves no trace, however many threads check at once.
 ///
 /// # Cost
-/// A check of a key already tracked allocates nothing: the key is looked up by `&str`, and the
+/// A check of a key already tracked allocates nothing: keys are looked up by `&str`, and a
 /// log's deque only grows when its window holds more than ever before. Trimming pops expired
 /// entries from the front, so a check is amortized O(1) whatever the number of live entries.
 /// Each recorded request costs 8 bytes (16 at most while the deque's capacity is doubling).
@@ -75,7 +75,7 @@ pub struct MemoryStore {
 struct Inner {
     users: LogMap,
     endpoints: LogMap,
-    global: SharedLog,
+    global: Mutex<Log>,
     /// Keys in `users` and `endpoints`, counted as slots are reserved.
     tracked: AtomicUsize,
     max_keys: usize,
@@ -84,6 +84,21 @@ struct Inner {
     /// Before this time (µs) a new key at the cap is denied without another sweep.
     cap_retry_at: AtomicU64,
     sweeping: Mutex<()>,
+}
+
+/// A held tier log: a DashMap shard's write guard, or the global mutex's.
+enum Held<'a> {
+    Map(RefMut<'a, Box<str>, Log>),
+    Global(MutexGuard<'a, Log>),
+}
+
+impl Held<'_> {
+    fn log(&mut self) -> &mut Log {
+        match self {
+            Self::Map(r) => r.value_mut(),
+            Self::Global(g) => g,
+        }
+    }
 }
 
 impl Default for MemoryStore {
@@ -100,11 +115,12 @@ impl MemoryStore {
 
     /// A store that tracks at most `max_keys` user and endpoint keys at once (at least 1).
     pub fn with_max_keys(max_keys: usize) -> Self {
+        let map = || LogMap::with_hasher_and_shard_amount(ahash::RandomState::new(), SHARDS);
         Self {
             inner: Arc::new(Inner {
-                users: LogMap::default(),
-                endpoints: LogMap::default(),
-                global: SharedLog::default(),
+                users: map(),
+                endpoints: map(),
+                global: Mutex::new(Log::default()),
                 tracked: AtomicUsize::new(0),
                 max_keys: max_keys.max(1),
                 next_sweep: AtomicU64::new(0),
@@ -122,21 +138,21 @@ impl MemoryStore {
     /// How many entries one key's log holds now (expired ones included until the next check of
     /// that key trims them). The global tier's id is ignored.
     pub fn entries(&self, tier: Tier, id: &str) -> usize {
-        self.log(tier, id).map_or(0, |log| log.lock().entries.len())
+        self.with_log(tier, id, |log| log.entries.len())
+            .unwrap_or(0)
     }
 
     /// The oldest entry of one key's log, as a time since the epoch.
     pub fn oldest(&self, tier: Tier, id: &str) -> Option<Duration> {
-        let log = self.log(tier, id)?;
-        let oldest = log.lock().entries.front().copied();
-        oldest.map(Duration::from_micros)
+        self.with_log(tier, id, |log| log.entries.front().copied())
+            .flatten()
+            .map(Duration::from_micros)
     }
 
     /// Forgets every key.
     pub fn clear(&self) {
         for map in [&self.inner.users, &self.inner.endpoints] {
-            map.retain(|_, log| {
-                log.lock().dead = true;
+            map.retain(|_, _| {
                 self.inner.tracked.fetch_sub(1, Ordering::AcqRel);
                 false
             });
@@ -144,11 +160,11 @@ impl MemoryStore {
         self.inner.global.lock().entries.clear();
     }
 
-    fn log(&self, tier: Tier, id: &str) -> Option<SharedLog> {
+    fn with_log<R>(&self, tier: Tier, id: &str, f: impl FnOnce(&Log) -> R) -> Option<R> {
         match tier {
-            Tier::Global => Some(self.inner.global.clone()),
-            Tier::User => self.inner.users.get(id).map(|r| r.value().clone()),
-            Tier::Endpoint => self.inner.endpoints.get(id).map(|r| r.value().clone()),
+            Tier::Global => Some(f(&self.inner.global.lock())),
+            Tier::User => self.inner.users.get(id).map(|r| f(r.value())),
+            Tier::Endpoint => self.inner.endpoints.get(id).map(|r| f(r.value())),
         }
     }
 
@@ -166,67 +182,58 @@ impl MemoryStore {
         if now >= inner.next_sweep.load(Ordering::Relaxed) {
             inner.sweep(now, window);
         }
+        let mut may_sweep = true;
+        let mut held = loop {
+            match inner.hold_all(tiers, now, may_sweep) {
+                Ok(held) => break held,
+                // At the cap with a sweep due: sweep with no lock held, then try once more.
+                Err(Blocked::SweepFirst) => {
+                    inner.sweep(now, window);
+                    may_sweep = false;
+                }
+                Err(Blocked::AtCap(tier, retry_after)) => {
+                    return Ok(StoreOutcome::Denied {
+                        tier,
+                        retry_after: Duration::from_micros(retry_after.max(1)),
+                    })
+                }
+            }
+        };
         let cutoff = now.saturating_sub(window);
         let cost = req.cost;
-        let n = tiers.len();
-        loop {
-            let mut logs: [Option<SharedLog>; 3] = [None, None, None];
-            for (slot, t) in logs.iter_mut().zip(tiers) {
-                match inner.log_for(t, now, window) {
-                    Ok(log) => *slot = Some(log),
-                    Err(retry_after) => {
-                        return Ok(StoreOutcome::Denied {
-                            tier: t.tier,
-                            retry_after: Duration::from_micros(retry_after.max(1)),
-                        })
-                    }
-                }
+        let mut remaining = u64::MAX;
+        for (h, t) in held.iter_mut().zip(tiers) {
+            let log = h.as_mut().expect("held above").log();
+            log.trim(cutoff);
+            let count = log.entries.len() as u64;
+            if count.saturating_add(cost) > t.limit {
+                let retry_after = if cost > t.limit {
+                    window // can never fit: a full window is the honest floor
+                } else {
+                    // The entry whose expiry makes room for `cost` more.
+                    let idx = usize::try_from(count + cost - t.limit - 1).unwrap_or(0);
+                    let ts = log.entries.get(idx).copied().unwrap_or(now);
+                    ts.saturating_add(window)
+                        .saturating_add(1)
+                        .saturating_sub(now)
+                };
+                return Ok(StoreOutcome::Denied {
+                    tier: t.tier,
+                    retry_after: Duration::from_micros(retry_after.max(1)),
+                });
             }
-            // Lock in address order: every check agrees on it, so none can deadlock.
-            let mut order = [0usize, 1, 2];
-            order[..n].sort_unstable_by_key(|&i| logs[i].as_ref().map(Arc::as_ptr));
-            let mut guards: [Option<MutexGuard<'_, Log>>; 3] = [None, None, None];
-            for &i in &order[..n] {
-                guards[i] = logs[i].as_ref().map(|l| l.lock());
-            }
-            let guards = &mut guards[..n];
-            if guards.iter().flatten().any(|g| g.dead) {
-                continue; // swept away between lookup and lock: look it up again
-            }
-            let mut remaining = u64::MAX;
-            for (guard, t) in guards.iter_mut().zip(tiers) {
-                let log = guard.as_mut().expect("locked above");
-                log.trim(cutoff);
-                let count = log.entries.len() as u64;
-                if count.saturating_add(cost) > t.limit {
-                    let retry_after = if cost > t.limit {
-                        window // can never fit: a full window is the honest floor
-                    } else {
-                        // The entry whose expiry makes room for `cost` more.
-                        let idx = usize::try_from(count + cost - t.limit - 1).unwrap_or(0);
-                        let ts = log.entries.get(idx).copied().unwrap_or(now);
-                        ts.saturating_add(window)
-                            .saturating_add(1)
-                            .saturating_sub(now)
-                    };
-                    return Ok(StoreOutcome::Denied {
-                        tier: t.tier,
-                        retry_after: Duration::from_micros(retry_after.max(1)),
-                    });
-                }
-                remaining = remaining.min(t.limit - count - cost);
-            }
-            for guard in guards.iter_mut() {
-                let log = guard.as_mut().expect("locked above");
-                // Never record before the newest entry: the log stays sorted even when threads
-                // read the clock in one order and lock in another.
-                let at = log.entries.back().map_or(now, |&b| b.max(now));
-                for _ in 0..cost {
-                    log.entries.push_back(at);
-                }
-            }
-            return Ok(StoreOutcome::Admitted { remaining });
+            remaining = remaining.min(t.limit - count - cost);
         }
+        for h in held.iter_mut().flatten() {
+            let log = h.log();
+            // Never record before the newest entry: the log stays sorted even when threads
+            // read the clock in one order and lock in another.
+            let at = log.entries.back().map_or(now, |&b| b.max(now));
+            for _ in 0..cost {
+                log.entries.push_back(at);
+            }
+        }
+        Ok(StoreOutcome::Admitted { remaining })
     }
 
     fn reset_sync(&self, tier: Tier, id: &str) {
@@ -238,8 +245,7 @@ impl MemoryStore {
             Tier::User => &self.inner.users,
             Tier::Endpoint => &self.inner.endpoints,
         };
-        if let Some((_, log)) = map.remove(id) {
-            log.lock().dead = true;
+        if map.remove(id).is_some() {
             self.inner.tracked.fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -252,42 +258,59 @@ fn has_duplicate_tier(tiers: &[TierCheck<'_>]) -> bool {
         .any(|(i, a)| tiers[..i].iter().any(|b| b.tier == a.tier))
 }
 
+/// Why a check could not take its tiers' locks.
+enum Blocked {
+    /// A new key, at the cap, and a sweep may free room: sweep (with no lock held) and retry.
+    SweepFirst,
+    /// A new key, at the cap, no room until this many µs from now.
+    AtCap(Tier, u64),
+}
+
 impl Inner {
-    /// The log of one tier's key, created if new. `Err(µs)`: the key is new, the store is at its
-    /// cap, and room is expected in that many microseconds.
-    fn log_for(&self, t: &TierCheck<'_>, now: u64, window: u64) -> Result<SharedLog, u64> {
+    /// Locks every tier's log (in `tiers`' order), always taking them user, endpoint, global.
+    fn hold_all<'a>(
+        &'a self,
+        tiers: &[TierCheck<'_>],
+        now: u64,
+        may_sweep: bool,
+    ) -> Result<[Option<Held<'a>>; 3], Blocked> {
+        let mut held: [Option<Held<'a>>; 3] = [None, None, None];
+        for kind in [Tier::User, Tier::Endpoint, Tier::Global] {
+            if let Some(pos) = tiers.iter().position(|t| t.tier == kind) {
+                held[pos] = Some(self.hold(&tiers[pos], now, may_sweep)?);
+            }
+        }
+        Ok(held)
+    }
+
+    /// Locks one tier's log, creating it if new.
+    ///
+    /// Called with the locks of earlier tiers (in user, endpoint, global order) held: the user
+    /// and endpoint maps are distinct, so a held guard never shares a shard with the one taken
+    /// here, and the sweep (the only other place that waits on shard locks while working) runs
+    /// only with no lock held, takes one shard at a time and waits on nothing else.
+    fn hold(&self, t: &TierCheck<'_>, now: u64, may_sweep: bool) -> Result<Held<'_>, Blocked> {
         let map = match t.tier {
-            Tier::Global => return Ok(self.global.clone()),
+            Tier::Global => return Ok(Held::Global(self.global.lock())),
             Tier::User => &self.users,
             Tier::Endpoint => &self.endpoints,
         };
-        if let Some(found) = map.get(t.id) {
-            return Ok(found.value().clone());
+        if let Some(found) = map.get_mut(t.id) {
+            return Ok(Held::Map(found));
         }
-        self.reserve_slot(now, window)?;
-        let log = match map.entry(Box::from(t.id)) {
-            Entry::Occupied(o) => {
-                self.tracked.fetch_sub(1, Ordering::AcqRel); // another check made it first
-                o.get().clone()
-            }
-            Entry::Vacant(v) => v.insert(SharedLog::default()).value().clone(),
-        };
-        Ok(log)
-    }
-
-    fn reserve_slot(&self, now: u64, window: u64) -> Result<(), u64> {
-        if self.try_reserve() {
-            return Ok(());
+        if !self.try_reserve() {
+            let retry_at = self.cap_retry_at.load(Ordering::Acquire);
+            return Err(if may_sweep && now >= retry_at {
+                Blocked::SweepFirst
+            } else {
+                Blocked::AtCap(t.tier, retry_at.saturating_sub(now))
+            });
         }
-        let retry_at = self.cap_retry_at.load(Ordering::Acquire);
-        if now >= retry_at {
-            self.sweep(now, window);
-            if self.try_reserve() {
-                return Ok(());
-            }
+        let entry = map.entry(Box::from(t.id));
+        if matches!(entry, dashmap::Entry::Occupied(_)) {
+            self.tracked.fetch_sub(1, Ordering::AcqRel); // another check made it first
         }
-        let retry_at = self.cap_retry_at.load(Ordering::Acquire);
-        Err(retry_at.saturating_sub(now))
+        Ok(Held::Map(entry.or_default()))
     }
 
     fn try_reserve(&self) -> bool {
@@ -305,18 +328,12 @@ impl Inner {
             return;
         };
         let cutoff = now.saturating_sub(window);
-        // The first time a kept key may fall idle; logs in use now fall idle a window from now.
+        // The first time a kept key may fall idle (a window from now at the latest).
         let mut earliest_idle = now.saturating_add(window).saturating_add(1);
         let mut removed = 0usize;
         for map in [&self.users, &self.endpoints] {
             map.retain(|_, log| {
-                // try_lock: a log locked by a check is in use, and a check never holds a map
-                // guard while it waits for a log, so this cannot deadlock.
-                let Some(mut log) = log.try_lock() else {
-                    return true;
-                };
                 if log.idle(cutoff) {
-                    log.dead = true;
                     removed += 1;
                     return false;
                 }

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use dashmap::DashMap;
 use fred::prelude::{
     Builder, Client, ClientLike, Config, ConnectionConfig, Error as FredError, KeysInterface,
     PerformanceConfig, SortedSetsInterface,
@@ -40,6 +41,11 @@ enum Conn {
 /// key gets a PEXPIRE of one window (plus a millisecond) at each admission, so idle keys expire
 /// on their own.
 ///
+/// Once Redis has said that a request's first tier (usually the user) is full until `T`,
+/// further checks of that key before `T` are denied locally, with no round trip: a flood from
+/// one user costs Redis nothing after its first denial. The cache can only deny, never admit,
+/// and holds at most 65,536 keys.
+///
 /// The store connects in the background as soon as it is made inside a tokio runtime (else at
 /// its first check). Every call is bounded by the command timeout; any error or timeout is
 /// returned as a [`StoreError`], and the [`FallbackStore`](super::FallbackStore) turns that into
@@ -61,7 +67,12 @@ struct Inner {
     counter: AtomicU64,
     conn: watch::Sender<Conn>,
     started: AtomicBool,
+    /// Keys Redis said are full, with the time (µs, the limiter's clock) until which they are.
+    denied: DashMap<String, u64, ahash::RandomState>,
 }
+
+/// At most this many keys are remembered as denied.
+const MAX_DENIED_KEYS: usize = 65_536;
 
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -97,6 +108,7 @@ impl RedisStore {
                 clustered,
                 instance: random_u64(),
                 counter: AtomicU64::new(0),
+                denied: DashMap::default(),
                 conn: watch::Sender::new(if failed {
                     Conn::Failed
                 } else {
@@ -187,6 +199,54 @@ impl RedisStore {
         if !self.connected().await {
             return Err(StoreError::new("Redis is unreachable"));
         }
+        let first_key = self.key(req.tiers[0].tier, req.tiers[0].id);
+        let now_us = saturating_micros(req.now);
+        if let Some(denied) = self.cached_denial(&first_key, req.tiers[0].tier, now_us) {
+            return Ok(denied);
+        }
+        let outcome = self.check_remote(req).await?;
+        if let StoreOutcome::Denied { tier, retry_after } = outcome {
+            if tier == req.tiers[0].tier {
+                self.remember_denial(
+                    first_key,
+                    now_us.saturating_add(saturating_micros(retry_after)),
+                    now_us,
+                );
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// A denial from the local cache: Redis said `key`'s tier is full until a time still ahead.
+    ///
+    /// Only the request's first tier is cached: its denial is then certain *and* it is the tier
+    /// Redis would name (an earlier tier cannot be full: there is none). A full tier's entries
+    /// only leave by expiring (denied requests record nothing), so the block holds until the
+    /// time Redis gave, unless the key is reset (this store forgets its cached block then).
+    fn cached_denial(&self, key: &str, tier: Tier, now: u64) -> Option<StoreOutcome> {
+        let until = *self.inner.denied.get(key)?;
+        if now < until {
+            return Some(StoreOutcome::Denied {
+                tier,
+                retry_after: Duration::from_micros(until - now),
+            });
+        }
+        self.inner.denied.remove_if(key, |_, &u| u <= now);
+        None
+    }
+
+    fn remember_denial(&self, key: String, until: u64, now: u64) {
+        let denied = &self.inner.denied;
+        if denied.len() >= MAX_DENIED_KEYS {
+            denied.retain(|_, &mut u| u > now);
+            if denied.len() >= MAX_DENIED_KEYS {
+                return; // full of live blocks: this one goes to Redis each time
+            }
+        }
+        denied.insert(key, until);
+    }
+
+    async fn check_remote(&self, req: &StoreRequest<'_>) -> Result<StoreOutcome, StoreError> {
         let inner = &*self.inner;
         let now = match inner.time_source {
             TimeSource::App => saturating_micros(req.now).to_string(),
@@ -381,6 +441,7 @@ impl Store for RedisStore {
     fn reset(&self, tier: Tier, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
         let key = self.key(tier, id);
         let timeout = self.inner.command_timeout;
+        self.inner.denied.remove(&key);
         async move {
             if !self.connected().await {
                 return Err(StoreError::new("Redis is unreachable"));
