@@ -164,8 +164,10 @@ fn contention_and_spread(c: &mut Criterion) {
 }
 
 /// 3. The cost does not grow with the entries in the window: a key holding 1,000,000 live
-/// entries against one holding 10. A manual clock moves 1 µs a check and the window is as many
-/// µs as entries, so each check expires one entry and records one: the count stays put.
+/// entries against one holding 10.
+///
+/// A manual clock moves 1 µs a check and the window is as many µs as entries, so each check
+/// expires one entry and records one: the count stays put.
 fn live_entries(c: &mut Criterion) {
     let mut group = c.benchmark_group("live_entries_per_key");
     group.throughput(Throughput::Elements(1));
