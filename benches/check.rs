@@ -65,7 +65,7 @@ fn user_ids() -> Vec<String> {
     (0..USERS).map(|i| format!("user-{i}")).collect()
 }
 
-/// 1. One thread, one set of hot keys.
+/// Target 1: one thread, one set of hot keys.
 fn hot_keys(c: &mut Criterion) {
     let mut group = c.benchmark_group("hot_keys_1_thread");
     group.throughput(Throughput::Elements(1));
@@ -97,7 +97,7 @@ fn on_threads(threads: usize, iters: u64, per_thread: impl Fn(usize, u64) + Sync
     start.elapsed()
 }
 
-/// 2. Two threads contending on the same keys; and spread over 100,000 users.
+/// Target 2: two threads contending on the same keys; and spread over 100,000 users.
 fn contention_and_spread(c: &mut Criterion) {
     let ids = Arc::new(user_ids());
     let mut group = c.benchmark_group("two_threads_same_keys");
@@ -163,8 +163,8 @@ fn contention_and_spread(c: &mut Criterion) {
     group.finish();
 }
 
-/// 3. The cost does not grow with the entries in the window: a key holding 1,000,000 live
-/// entries against one holding 10.
+/// Target 3: the cost does not grow with the entries in the window, a key holding 1,000,000
+/// live entries against one holding 10.
 ///
 /// A manual clock moves 1 µs a check and the window is as many µs as entries, so each check
 /// expires one entry and records one: the count stays put.
