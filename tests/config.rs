@@ -1,0 +1,626 @@
+//! Configuration: builder validation (every error names its field, nothing panics), serde from
+//! JSON and TOML, `parse_duration`, and the `ManualClock` tests drive the limiter with.
+
+use std::time::Duration;
+
+use tiered_ratelimit::config::{MAX_KEY_PREFIX_LEN, MAX_LIMIT, MAX_WINDOW};
+use tiered_ratelimit::{
+    parse_duration, Clock, ConfigError, ManualClock, RateLimitConfig, SystemClock, TimeSource,
+};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn err(builder: tiered_ratelimit::RateLimitConfigBuilder) -> ConfigError {
+    let e = builder.build().expect_err("the builder should refuse this");
+    // Every message starts with the field it blames.
+    assert!(
+        e.to_string().starts_with(e.field()),
+        "{e} does not start with {}",
+        e.field()
+    );
+    e
+}
+
+// ----------------------------------------------------------------------- builder
+
+#[test]
+fn builder_defaults() {
+    let c = RateLimitConfig::builder().build().unwrap();
+    assert_eq!(c.window(), MINUTE);
+    assert_eq!(
+        (c.user_limit(), c.endpoint_limit(), c.global_limit()),
+        (0, 0, 0)
+    );
+    assert_eq!(c.key_prefix(), "rate_limit");
+    assert_eq!(c.max_tracked_keys(), 1_000_000);
+    assert!(c.redis().is_none());
+}
+
+#[test]
+fn builder_sets_every_field() {
+    let c = RateLimitConfig::builder()
+        .window(Duration::from_millis(1_500))
+        .user_limit(50)
+        .endpoint_limit(100)
+        .global_limit(1_000)
+        .key_prefix("my-app:rl")
+        .max_tracked_keys(42)
+        .build()
+        .unwrap();
+    assert_eq!(c.window(), Duration::from_millis(1_500));
+    assert_eq!(
+        (c.user_limit(), c.endpoint_limit(), c.global_limit()),
+        (50, 100, 1_000)
+    );
+    assert_eq!(c.key_prefix(), "my-app:rl");
+    assert_eq!(c.max_tracked_keys(), 42);
+}
+
+#[test]
+fn zero_window_is_refused() {
+    let e = err(RateLimitConfig::builder().window(Duration::ZERO));
+    assert_eq!(e, ConfigError::ZeroWindow);
+    assert_eq!(e.field(), "window");
+}
+
+#[test]
+fn window_over_100_years_is_refused() {
+    assert_eq!(
+        RateLimitConfig::builder()
+            .window(MAX_WINDOW)
+            .build()
+            .unwrap()
+            .window(),
+        MAX_WINDOW
+    );
+    assert_eq!(MAX_WINDOW, Duration::from_secs(100 * 365 * 24 * 3600));
+    for too_long in [
+        MAX_WINDOW + Duration::from_nanos(1),
+        MAX_WINDOW + Duration::from_secs(1),
+        Duration::MAX,
+    ] {
+        let e = err(RateLimitConfig::builder().window(too_long));
+        assert_eq!(e, ConfigError::WindowTooLarge(too_long));
+        assert_eq!(e.field(), "window");
+    }
+    // The smallest windows are fine.
+    assert!(RateLimitConfig::builder()
+        .window(Duration::from_micros(1))
+        .build()
+        .is_ok());
+}
+
+#[test]
+fn limits_above_2_pow_53_are_refused_naming_the_field() {
+    assert_eq!(MAX_LIMIT, 1 << 53);
+    let ok = RateLimitConfig::builder()
+        .user_limit(MAX_LIMIT)
+        .endpoint_limit(MAX_LIMIT)
+        .global_limit(MAX_LIMIT)
+        .build()
+        .unwrap();
+    assert_eq!(ok.global_limit(), MAX_LIMIT);
+    for value in [MAX_LIMIT + 1, u64::MAX] {
+        for (field, builder) in [
+            ("user_limit", RateLimitConfig::builder().user_limit(value)),
+            (
+                "endpoint_limit",
+                RateLimitConfig::builder().endpoint_limit(value),
+            ),
+            (
+                "global_limit",
+                RateLimitConfig::builder().global_limit(value),
+            ),
+        ] {
+            let e = err(builder);
+            assert_eq!(e, ConfigError::LimitTooLarge { field, value });
+            assert_eq!(e.field(), field);
+            assert!(e.to_string().contains(&value.to_string()), "{e}");
+        }
+    }
+}
+
+#[test]
+fn bad_key_prefixes_are_refused() {
+    for bad in [
+        "",
+        "a b",
+        " ",
+        "rate{limit",
+        "rate}limit",
+        "{tag}",
+        "tab\there",
+        "new\nline",
+        "é",
+        "nul\0",
+    ] {
+        let e = err(RateLimitConfig::builder().key_prefix(bad));
+        assert!(
+            matches!(e, ConfigError::InvalidKeyPrefix(_)),
+            "{bad:?}: {e:?}"
+        );
+        assert_eq!(e.field(), "key_prefix");
+    }
+    let longest = "p".repeat(MAX_KEY_PREFIX_LEN);
+    assert!(RateLimitConfig::builder()
+        .key_prefix(longest.as_str())
+        .build()
+        .is_ok());
+    let e = err(RateLimitConfig::builder().key_prefix(format!("{longest}p")));
+    assert_eq!(e.field(), "key_prefix");
+    for good in ["rl", "my-app:rate_limit", "a.b/c#d@e%f", "~!$&*()[]"] {
+        assert_eq!(
+            RateLimitConfig::builder()
+                .key_prefix(good)
+                .build()
+                .unwrap()
+                .key_prefix(),
+            good
+        );
+    }
+}
+
+#[test]
+fn zero_max_tracked_keys_is_refused() {
+    let e = err(RateLimitConfig::builder().max_tracked_keys(0));
+    assert_eq!(e, ConfigError::ZeroMaxTrackedKeys);
+    assert_eq!(e.field(), "max_tracked_keys");
+    assert!(RateLimitConfig::builder()
+        .max_tracked_keys(1)
+        .build()
+        .is_ok());
+}
+
+#[test]
+fn empty_redis_url_is_refused() {
+    let e = err(RateLimitConfig::builder().redis_url(""));
+    assert!(matches!(e, ConfigError::InvalidRedisUrl(_)), "{e:?}");
+    assert_eq!(e.field(), "redis.url");
+    // Setting only a timeout starts a Redis section with no URL.
+    let e = err(RateLimitConfig::builder().redis_command_timeout(Duration::from_millis(5)));
+    assert_eq!(e.field(), "redis.url");
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn invalid_redis_urls_are_refused() {
+    for bad in [
+        "not a url",
+        "localhost:6379",
+        "redis://",
+        "redis://:6379",
+        "redis://127.0.0.1:notaport",
+        "%%%",
+    ] {
+        let e = err(RateLimitConfig::builder().redis_url(bad));
+        assert!(matches!(e, ConfigError::InvalidRedisUrl(_)), "{bad}: {e:?}");
+        assert_eq!(e.field(), "redis.url");
+    }
+    for good in [
+        "redis://127.0.0.1:6379",
+        "redis://127.0.0.1:6379/2",
+        "redis://user:pass@localhost:6380/0",
+    ] {
+        let c = RateLimitConfig::builder().redis_url(good).build().unwrap();
+        let redis = c.redis().expect("a redis section");
+        assert_eq!(redis.url, good);
+        assert_eq!(redis.command_timeout, Duration::from_millis(100));
+        assert_eq!(redis.connect_timeout, Duration::from_secs(1));
+        assert_eq!(redis.time_source, TimeSource::App);
+    }
+}
+
+#[cfg(not(feature = "redis"))]
+#[test]
+fn redis_url_without_the_redis_feature_is_refused() {
+    let e = err(RateLimitConfig::builder().redis_url("redis://127.0.0.1:6379"));
+    assert_eq!(e, ConfigError::RedisFeatureDisabled);
+    assert_eq!(e.field(), "redis.url");
+}
+
+#[test]
+fn zero_redis_timeouts_are_refused_naming_the_field() {
+    let url = "redis://127.0.0.1:6379";
+    let e = err(RateLimitConfig::builder()
+        .redis_url(url)
+        .redis_command_timeout(Duration::ZERO));
+    assert_eq!(e, ConfigError::ZeroTimeout("redis.command_timeout"));
+    assert_eq!(e.field(), "redis.command_timeout");
+    let e = err(RateLimitConfig::builder()
+        .redis_url(url)
+        .redis_connect_timeout(Duration::ZERO));
+    assert_eq!(e, ConfigError::ZeroTimeout("redis.connect_timeout"));
+    assert_eq!(e.field(), "redis.connect_timeout");
+}
+
+#[test]
+fn no_combination_of_values_panics() {
+    let windows = [
+        Duration::ZERO,
+        Duration::from_nanos(1),
+        Duration::from_micros(1),
+        MINUTE,
+        MAX_WINDOW,
+        Duration::MAX,
+    ];
+    let limits = [0, 1, MAX_LIMIT, MAX_LIMIT + 1, u64::MAX];
+    let prefixes = ["", "ok", "{", "a b", "é"];
+    let keys = [0, 1, usize::MAX];
+    let urls = [None, Some(""), Some("redis://127.0.0.1:1"), Some("%%%")];
+    let mut built = 0;
+    let mut refused = 0;
+    for &w in &windows {
+        for &l in &limits {
+            for p in prefixes {
+                for &k in &keys {
+                    for url in urls {
+                        let result = std::panic::catch_unwind(|| {
+                            let mut b = RateLimitConfig::builder()
+                                .window(w)
+                                .user_limit(l)
+                                .endpoint_limit(l)
+                                .global_limit(l)
+                                .key_prefix(p)
+                                .max_tracked_keys(k);
+                            if let Some(url) = url {
+                                b = b.redis_url(url);
+                            }
+                            b.build()
+                        });
+                        match result.expect("build panicked") {
+                            Ok(_) => built += 1,
+                            Err(e) => {
+                                assert!(!e.field().is_empty());
+                                assert!(e.to_string().starts_with(e.field()), "{e}");
+                                refused += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(built > 0 && refused > 0);
+}
+
+// ------------------------------------------------------------------------- serde
+
+fn expected(window: Duration) -> RateLimitConfig {
+    RateLimitConfig::builder()
+        .window(window)
+        .user_limit(50)
+        .endpoint_limit(100)
+        .global_limit(1_000)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn json_with_human_windows() {
+    for (window, duration) in [
+        (r#""60s""#, MINUTE),
+        (r#""1500ms""#, Duration::from_millis(1_500)),
+        (r#""1m""#, MINUTE),
+        (r#""2h""#, Duration::from_secs(7_200)),
+        ("60", MINUTE),
+        ("3600", Duration::from_secs(3_600)),
+    ] {
+        let json = format!(
+            r#"{{"window": {window}, "user_limit": 50, "endpoint_limit": 100, "global_limit": 1000}}"#
+        );
+        let c: RateLimitConfig = serde_json::from_str(&json).unwrap();
+        assert_eq!(c, expected(duration), "{json}");
+    }
+}
+
+#[test]
+fn toml_with_human_windows() {
+    for (window, duration) in [
+        (r#""60s""#, MINUTE),
+        (r#""1500ms""#, Duration::from_millis(1_500)),
+        (r#""1m""#, MINUTE),
+        ("60", MINUTE),
+        ("90", Duration::from_secs(90)),
+    ] {
+        let text = format!(
+            "window = {window}\nuser_limit = 50\nendpoint_limit = 100\nglobal_limit = 1000\n"
+        );
+        let c: RateLimitConfig = toml::from_str(&text).unwrap();
+        assert_eq!(c, expected(duration), "{text}");
+    }
+}
+
+#[test]
+fn serde_fills_defaults() {
+    let c: RateLimitConfig = serde_json::from_str(r#"{"window": "60s"}"#).unwrap();
+    assert_eq!(c, RateLimitConfig::builder().build().unwrap());
+    let c: RateLimitConfig = toml::from_str("window = \"30s\"\nglobal_limit = 7").unwrap();
+    assert_eq!(c.global_limit(), 7);
+    assert_eq!(c.user_limit(), 0);
+    assert_eq!(c.key_prefix(), "rate_limit");
+    assert_eq!(c.max_tracked_keys(), 1_000_000);
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn toml_with_a_redis_section() {
+    let text = r#"
+        window = "1m"
+        user_limit = 5
+        key_prefix = "svc"
+
+        [redis]
+        url = "redis://127.0.0.1:6379/1"
+        command_timeout = "50ms"
+        connect_timeout = 2
+        time_source = "redis"
+    "#;
+    let c: RateLimitConfig = toml::from_str(text).unwrap();
+    let redis = c.redis().expect("redis section");
+    assert_eq!(redis.url, "redis://127.0.0.1:6379/1");
+    assert_eq!(redis.command_timeout, Duration::from_millis(50));
+    assert_eq!(redis.connect_timeout, Duration::from_secs(2));
+    assert_eq!(redis.time_source, TimeSource::Redis);
+    assert_eq!(c.key_prefix(), "svc");
+    let built = RateLimitConfig::builder()
+        .window(MINUTE)
+        .user_limit(5)
+        .key_prefix("svc")
+        .redis_url("redis://127.0.0.1:6379/1")
+        .redis_command_timeout(Duration::from_millis(50))
+        .redis_connect_timeout(Duration::from_secs(2))
+        .redis_time_source(TimeSource::Redis)
+        .build()
+        .unwrap();
+    assert_eq!(c, built);
+}
+
+#[test]
+fn unknown_fields_are_rejected() {
+    let e = serde_json::from_str::<RateLimitConfig>(r#"{"window": "60s", "user_limt": 5}"#)
+        .unwrap_err();
+    assert!(e.to_string().contains("user_limt"), "{e}");
+    let e = toml::from_str::<RateLimitConfig>("window = \"60s\"\nglobal = 5").unwrap_err();
+    assert!(e.to_string().contains("global"), "{e}");
+    let e = toml::from_str::<RateLimitConfig>(
+        "window = \"60s\"\n[redis]\nurl = \"redis://127.0.0.1\"\ntimeout = \"1s\"",
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("timeout"), "{e}");
+}
+
+#[test]
+fn serde_errors_name_the_field() {
+    for (json, field) in [
+        (r#"{"window": "0s"}"#, "window"),
+        (r#"{"window": 0}"#, "window"),
+        (r#"{"window": "0ms"}"#, "window"),
+        (r#"{}"#, "window"),
+        (
+            r#"{"window": "60s", "user_limit": 9007199254740993}"#,
+            "user_limit",
+        ),
+        (r#"{"window": "60s", "key_prefix": "a b"}"#, "key_prefix"),
+        (
+            r#"{"window": "60s", "max_tracked_keys": 0}"#,
+            "max_tracked_keys",
+        ),
+        (r#"{"window": "60s", "redis": {"url": ""}}"#, "redis.url"),
+        (
+            r#"{"window": "60s", "redis": {"url": "redis://127.0.0.1", "command_timeout": "0s"}}"#,
+            "redis.command_timeout",
+        ),
+    ] {
+        let e = serde_json::from_str::<RateLimitConfig>(json).unwrap_err();
+        assert!(e.to_string().contains(field), "{json}: {e}");
+    }
+    let e = toml::from_str::<RateLimitConfig>("window = \"0s\"").unwrap_err();
+    assert!(e.to_string().contains("window"), "{e}");
+}
+
+#[test]
+fn malformed_windows_are_rejected() {
+    for json in [
+        r#"{"window": "60"}"#,
+        r#"{"window": "1.5s"}"#,
+        r#"{"window": "-5s"}"#,
+        r#"{"window": -5}"#,
+        r#"{"window": "sixty seconds"}"#,
+        r#"{"window": "60 parsecs"}"#,
+        r#"{"window": 1.5}"#,
+        r#"{"window": null}"#,
+        r#"{"window": "101y"}"#,
+        r#"{"window": "40000d"}"#,
+    ] {
+        assert!(
+            serde_json::from_str::<RateLimitConfig>(json).is_err(),
+            "{json} was accepted"
+        );
+    }
+}
+
+#[test]
+fn round_trips_through_json_and_toml() {
+    let mut configs = vec![
+        RateLimitConfig::builder().build().unwrap(),
+        expected(MINUTE),
+        expected(Duration::from_millis(1_500)),
+        expected(Duration::from_micros(1_234_567)),
+        RateLimitConfig::builder()
+            .window(MAX_WINDOW)
+            .user_limit(MAX_LIMIT)
+            .key_prefix("p:q")
+            .max_tracked_keys(7)
+            .build()
+            .unwrap(),
+    ];
+    if cfg!(feature = "redis") {
+        configs.push(
+            RateLimitConfig::builder()
+                .window(Duration::from_secs(90))
+                .global_limit(3)
+                .redis_url("redis://127.0.0.1:6379/3")
+                .redis_command_timeout(Duration::from_millis(250))
+                .redis_connect_timeout(Duration::from_secs(5))
+                .redis_time_source(TimeSource::Redis)
+                .build()
+                .unwrap(),
+        );
+    }
+    for config in configs {
+        let json = serde_json::to_string(&config).unwrap();
+        let back: RateLimitConfig = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, config, "{json}");
+        let text = toml::to_string(&config).unwrap();
+        let back: RateLimitConfig = toml::from_str(&text).unwrap();
+        assert_eq!(back, config, "{text}");
+        // The window is written the way people write it.
+        let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let window = value["window"].as_str().expect("a string window");
+        assert_eq!(parse_duration(window).unwrap(), config.window());
+    }
+    let json = serde_json::to_value(expected(MINUTE)).unwrap();
+    assert_eq!(json["window"], "1m");
+    let json = serde_json::to_value(expected(Duration::from_millis(1_500))).unwrap();
+    assert_eq!(json["window"], "1500ms");
+}
+
+#[test]
+fn time_source_serde_names() {
+    assert_eq!(serde_json::to_string(&TimeSource::App).unwrap(), r#""app""#);
+    assert_eq!(
+        serde_json::from_str::<TimeSource>(r#""redis""#).unwrap(),
+        TimeSource::Redis
+    );
+    assert!(serde_json::from_str::<TimeSource>(r#""Redis""#).is_err());
+    assert_eq!(TimeSource::default(), TimeSource::App);
+    assert_eq!(TimeSource::Redis.to_string(), "redis");
+}
+
+// --------------------------------------------------------------- parse_duration
+
+#[test]
+fn parse_duration_accepts_whole_numbers_with_units() {
+    for (input, expect) in [
+        ("60s", MINUTE),
+        ("1500ms", Duration::from_millis(1_500)),
+        ("1m", MINUTE),
+        ("2h", Duration::from_secs(7_200)),
+        ("1d", Duration::from_secs(86_400)),
+        ("250us", Duration::from_micros(250)),
+        ("7µs", Duration::from_micros(7)),
+        ("0s", Duration::ZERO),
+        ("007s", Duration::from_secs(7)),
+        (" 60s ", MINUTE),
+        ("18446744073709551615us", Duration::from_micros(u64::MAX)),
+    ] {
+        assert_eq!(parse_duration(input), Ok(expect), "{input:?}");
+    }
+}
+
+#[test]
+fn parse_duration_rejects_everything_else() {
+    for input in [
+        "",
+        " ",
+        "60",
+        "s",
+        "ms",
+        "-1s",
+        "+1s",
+        "1.5s",
+        "1,5s",
+        "60 s",
+        "60sec",
+        "60S",
+        "1M",
+        "1w",
+        "1y",
+        "1h30m",
+        "s60",
+        "99999999999999999999s",
+        "18446744073709551615d",
+        "18446744073709551615ms",
+        "٣s", // an Arabic-Indic digit
+    ] {
+        let e = parse_duration(input).expect_err(input);
+        let msg = e.to_string();
+        assert!(msg.contains("invalid duration"), "{input:?}: {msg}");
+        assert!(
+            msg.contains("60s"),
+            "the message shows the accepted forms: {msg}"
+        );
+    }
+    // A huge input is not echoed in full.
+    let huge = "9".repeat(10_000);
+    let msg = parse_duration(&huge).unwrap_err().to_string();
+    assert!(msg.len() < 400, "{} bytes", msg.len());
+}
+
+// ------------------------------------------------------------------ ManualClock
+
+#[test]
+fn manual_clock_starts_at_the_epoch_or_where_told() {
+    assert_eq!(ManualClock::new().now(), Duration::ZERO);
+    assert_eq!(ManualClock::default().now(), Duration::ZERO);
+    assert_eq!(ManualClock::at(MINUTE).now(), MINUTE);
+    // The limiter works in whole microseconds: finer parts are dropped.
+    assert_eq!(
+        ManualClock::at(Duration::from_nanos(1_999)).now(),
+        Duration::from_micros(1)
+    );
+}
+
+#[test]
+fn manual_clock_set_and_advance() {
+    let clock = ManualClock::at(Duration::from_secs(100));
+    clock.advance(Duration::from_secs(5));
+    assert_eq!(clock.now(), Duration::from_secs(105));
+    clock.advance(Duration::from_micros(1));
+    assert_eq!(clock.now(), Duration::from_micros(105_000_001));
+    clock.advance(Duration::ZERO);
+    assert_eq!(clock.now(), Duration::from_micros(105_000_001));
+    clock.set(Duration::from_secs(10)); // backwards too
+    assert_eq!(clock.now(), Duration::from_secs(10));
+    clock.set(Duration::ZERO);
+    assert_eq!(clock.now(), Duration::ZERO);
+}
+
+#[test]
+fn manual_clock_clones_share_one_time() {
+    let clock = ManualClock::new();
+    let a = clock.clone();
+    let b = a.clone();
+    a.advance(Duration::from_secs(5));
+    assert_eq!(clock.now(), Duration::from_secs(5));
+    assert_eq!(b.now(), Duration::from_secs(5));
+    b.set(Duration::from_millis(1_500));
+    assert_eq!(clock.now(), Duration::from_millis(1_500));
+    assert_eq!(a.now(), Duration::from_millis(1_500));
+    // Across threads, too.
+    let moved = clock.clone();
+    std::thread::spawn(move || moved.advance(Duration::from_secs(1)))
+        .join()
+        .unwrap();
+    assert_eq!(a.now(), Duration::from_millis(2_500));
+    // A clock made separately does not share.
+    let other = ManualClock::at(Duration::from_millis(2_500));
+    other.advance(MINUTE);
+    assert_eq!(clock.now(), Duration::from_millis(2_500));
+}
+
+#[test]
+fn manual_clock_is_a_clock_object() {
+    let clock = ManualClock::at(MINUTE);
+    let dynamic: Box<dyn Clock> = Box::new(clock.clone());
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(dynamic.now(), Duration::from_secs(61));
+}
+
+#[test]
+fn system_clock_is_wall_time() {
+    let now = SystemClock.now();
+    // After 2020-01-01 and before 2255 (2^53 µs).
+    assert!(now > Duration::from_secs(1_577_836_800), "{now:?}");
+    assert!(now < Duration::from_micros(1 << 53), "{now:?}");
+}
