@@ -102,8 +102,12 @@ impl ManualClock {
 
     /// Moves the clock forward by `by`.
     pub fn advance(&self, by: Duration) {
-        self.micros
-            .fetch_add(saturating_micros(by), Ordering::SeqCst);
+        let by = saturating_micros(by);
+        let _ = self
+            .micros
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| {
+                Some(t.saturating_add(by))
+            });
     }
 
     /// Sets the clock to `now` since the epoch (backwards too).

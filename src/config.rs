@@ -261,8 +261,8 @@ impl RateLimitConfigBuilder {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// The window is zero.
-    #[error("window: must be greater than zero")]
+    /// The window is zero (or under the limiter's 1 µs resolution).
+    #[error("window: must be at least 1µs")]
     ZeroWindow,
     /// The window is longer than [`MAX_WINDOW`].
     #[error("window: {0:?} is longer than the maximum of 100 years (timestamps would overflow)")]
@@ -339,7 +339,8 @@ impl TryFrom<RawConfig> for RateLimitConfig {
     type Error = ConfigError;
 
     fn try_from(raw: RawConfig) -> Result<Self, ConfigError> {
-        if raw.window.is_zero() {
+        // The limiter works in whole microseconds: less than one is no window at all.
+        if raw.window < Duration::from_micros(1) {
             return Err(ConfigError::ZeroWindow);
         }
         if raw.window > MAX_WINDOW {
@@ -414,6 +415,23 @@ fn validate_redis(redis: &RedisConfig) -> Result<(), ConfigError> {
     }
     if redis.url.is_empty() {
         return Err(ConfigError::InvalidRedisUrl("must not be empty".to_owned()));
+    }
+    const SCHEMES: [&str; 8] = [
+        "redis://",
+        "rediss://",
+        "redis-cluster://",
+        "rediss-cluster://",
+        "redis-sentinel://",
+        "rediss-sentinel://",
+        "redis+unix://",
+        "unix://",
+    ];
+    if !SCHEMES.iter().any(|s| redis.url.starts_with(s)) {
+        return Err(ConfigError::InvalidRedisUrl(
+            "must start with redis://, rediss://, redis-cluster://, rediss-cluster://, \
+             redis-sentinel://, rediss-sentinel:// or unix://"
+                .to_owned(),
+        ));
     }
     #[cfg(feature = "redis")]
     {

@@ -624,3 +624,47 @@ fn system_clock_is_wall_time() {
     assert!(now > Duration::from_secs(1_577_836_800), "{now:?}");
     assert!(now < Duration::from_micros(1 << 53), "{now:?}");
 }
+
+#[test]
+fn a_window_under_one_microsecond_is_no_window() {
+    let e = RateLimitConfig::builder()
+        .window(Duration::from_nanos(500))
+        .user_limit(1)
+        .build()
+        .unwrap_err();
+    assert_eq!(e, ConfigError::ZeroWindow);
+    assert_eq!(e.field(), "window");
+    assert!(RateLimitConfig::builder()
+        .window(Duration::from_micros(1))
+        .build()
+        .is_ok());
+}
+
+#[test]
+fn redis_urls_of_other_schemes_are_rejected() {
+    for url in ["http://127.0.0.1:6379", "ftp://x", "127.0.0.1:6379"] {
+        let e = RateLimitConfig::builder()
+            .redis_url(url)
+            .build()
+            .unwrap_err();
+        assert!(matches!(e, ConfigError::InvalidRedisUrl(_)), "{url}: {e}");
+        assert_eq!(e.field(), "redis.url");
+    }
+    for url in [
+        "redis://127.0.0.1:6379",
+        "rediss://127.0.0.1:6379",
+        "redis-cluster://127.0.0.1:7000?node=127.0.0.1:7001",
+    ] {
+        assert!(
+            RateLimitConfig::builder().redis_url(url).build().is_ok(),
+            "{url}"
+        );
+    }
+}
+
+#[test]
+fn manual_clock_advance_saturates_instead_of_wrapping() {
+    let clock = ManualClock::at(Duration::from_micros(u64::MAX - 5));
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(clock.now(), Duration::from_micros(u64::MAX));
+}
