@@ -62,6 +62,11 @@ impl Decision {
         }
     }
 
+    /// No tier applies: allowed, nothing to count down.
+    pub(crate) fn unlimited() -> Self {
+        Self::admit(u64::MAX)
+    }
+
     pub(crate) fn deny(tier: Tier, retry_after: Duration) -> Self {
         Self {
             allowed: false,

@@ -2,14 +2,20 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::future::Future;
 use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::RateLimitConfig;
 use crate::decision::{Decision, Tier};
 use crate::key::{encode_id, encode_ip, UNMATCHED_ENDPOINT};
-use crate::store::{Backend, DynStore, MemoryStore, Store, StoreOutcome, StoreRequest, TierCheck};
+use crate::store::{
+    Backend, DynStore, MemoryStore, Store, StoreError, StoreOutcome, StoreRequest, TierCheck,
+};
 
 /// Who is asking, for the user tier.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +48,104 @@ impl<'a> CheckRequest<'a> {
     /// (all such requests share one fixed endpoint key).
     pub fn new(user: UserKey<'a>, endpoint: Option<&'a str>) -> Self {
         Self { user, endpoint }
+    }
+}
+
+/// The encoded key parts of one request, before they are borrowed into [`TierCheck`]s.
+struct Keys<'a> {
+    user: Option<Cow<'a, str>>,
+    endpoint: Option<Cow<'a, str>>,
+}
+
+const NO_TIER: TierCheck<'static> = TierCheck {
+    tier: Tier::Global,
+    id: "",
+    limit: 0,
+};
+
+impl<'a> Keys<'a> {
+    fn new(config: &RateLimitConfig, request: CheckRequest<'a>) -> Self {
+        let user = match request.user {
+            _ if config.user_limit() == 0 => None,
+            UserKey::Id(id) => Some(encode_id(id)),
+            UserKey::Ip(ip) => Some(Cow::Owned(encode_ip(ip))),
+            UserKey::Anonymous => None,
+        };
+        let endpoint = match request.endpoint {
+            _ if config.endpoint_limit() == 0 => None,
+            Some(route) => Some(encode_id(route)),
+            None => Some(Cow::Borrowed(UNMATCHED_ENDPOINT)),
+        };
+        Self { user, endpoint }
+    }
+
+    /// Fills `tiers` with the enabled tiers, most specific first; `None` when none applies.
+    fn fill<'s>(
+        &'s self,
+        config: &RateLimitConfig,
+        tiers: &mut [TierCheck<'s>; 3],
+    ) -> Option<usize> {
+        let mut n = 0;
+        let mut push = |tier, id, limit| {
+            tiers[n] = TierCheck { tier, id, limit };
+            n += 1;
+        };
+        if let Some(id) = &self.user {
+            push(Tier::User, id, config.user_limit());
+        }
+        if let Some(id) = &self.endpoint {
+            push(Tier::Endpoint, id, config.endpoint_limit());
+        }
+        if config.global_limit() > 0 {
+            push(Tier::Global, "", config.global_limit());
+        }
+        (n > 0).then_some(n)
+    }
+
+    /// Runs `f` on the store request for these keys; `None` when no tier applies.
+    fn with_request<R>(
+        &self,
+        now: Duration,
+        config: &RateLimitConfig,
+        f: impl FnOnce(&StoreRequest<'_>) -> R,
+    ) -> Option<R> {
+        let mut tiers = [NO_TIER; 3];
+        let n = self.fill(config, &mut tiers)?;
+        Some(f(&StoreRequest {
+            now,
+            window: config.window(),
+            cost: 1,
+            tiers: &tiers[..n],
+        }))
+    }
+}
+
+/// The decision for a store's answer; a failing store lets the request through.
+fn decide(outcome: Result<StoreOutcome, StoreError>) -> Decision {
+    match outcome {
+        Ok(StoreOutcome::Admitted { remaining }) => Decision::admit(remaining),
+        Ok(StoreOutcome::Denied { tier, retry_after }) => Decision::deny(tier, retry_after),
+        Err(error) => {
+            tracing::error!(%error, "rate limit store failed; request let through");
+            Decision::admit(0)
+        }
+    }
+}
+
+/// The future of a check: ready at once on memory, boxed when it waits on a store.
+enum CheckFuture<'a> {
+    Ready(Option<Decision>),
+    Waiting(Pin<Box<dyn Future<Output = Decision> + Send + 'a>>),
+}
+
+impl Future for CheckFuture<'_> {
+    type Output = Decision;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Decision> {
+        match self.get_mut() {
+            Self::Ready(decision) => Poll::Ready(decision.take().expect("polled after completion")),
+            Self::Waiting(future) => future.as_mut().poll(cx),
+        }
     }
 }
 
@@ -154,87 +258,57 @@ impl RateLimiter {
     }
 
     /// Checks one request from `user` to `endpoint` (a route template), and records it if allowed.
-    pub async fn check(&self, user: &str, endpoint: &str) -> Decision {
+    pub fn check<'a>(
+        &'a self,
+        user: &'a str,
+        endpoint: &'a str,
+    ) -> impl Future<Output = Decision> + Send + 'a {
         self.check_request(CheckRequest::new(UserKey::Id(user), Some(endpoint)))
-            .await
     }
 
     /// Checks one request, and records it if allowed.
     ///
     /// Never fails: a failing Redis store falls back to memory for this request and every later
     /// one, and a failing custom store is logged and lets the request through.
-    pub async fn check_request(&self, request: CheckRequest<'_>) -> Decision {
-        let config = &self.inner.config;
-        let ip_key;
-        let user_id: Option<Cow<'_, str>> = match request.user {
-            _ if config.user_limit() == 0 => None,
-            UserKey::Id(id) => Some(encode_id(id)),
-            UserKey::Ip(ip) => {
-                ip_key = encode_ip(ip);
-                Some(Cow::Borrowed(ip_key.as_str()))
+    ///
+    /// On memory the decision is made before this returns, and the future is ready at once; it
+    /// only waits on Redis or a custom store.
+    pub fn check_request<'a>(
+        &'a self,
+        request: CheckRequest<'a>,
+    ) -> impl Future<Output = Decision> + Send + 'a {
+        match &self.inner.store {
+            StoreKind::Memory(store) => {
+                let keys = Keys::new(&self.inner.config, request);
+                let decision =
+                    keys.with_request(self.inner.clock.now(), &self.inner.config, |req| {
+                        decide(store.check_sync(req))
+                    });
+                CheckFuture::Ready(Some(decision.unwrap_or_else(Decision::unlimited)))
             }
-            UserKey::Anonymous => None,
+            _ => CheckFuture::Waiting(Box::pin(self.check_remote(request))),
+        }
+    }
+
+    async fn check_remote(&self, request: CheckRequest<'_>) -> Decision {
+        let config = &self.inner.config;
+        let keys = Keys::new(config, request);
+        let mut tiers = [NO_TIER; 3];
+        let Some(n) = keys.fill(config, &mut tiers) else {
+            return Decision::unlimited();
         };
-        let endpoint_id: Option<Cow<'_, str>> = match request.endpoint {
-            _ if config.endpoint_limit() == 0 => None,
-            Some(route) => Some(encode_id(route)),
-            None => Some(Cow::Borrowed(UNMATCHED_ENDPOINT)),
-        };
-        let mut tiers = [TierCheck {
-            tier: Tier::Global,
-            id: "",
-            limit: 0,
-        }; 3];
-        let mut n = 0;
-        if let Some(id) = &user_id {
-            tiers[n] = TierCheck {
-                tier: Tier::User,
-                id,
-                limit: config.user_limit(),
-            };
-            n += 1;
-        }
-        if let Some(id) = &endpoint_id {
-            tiers[n] = TierCheck {
-                tier: Tier::Endpoint,
-                id,
-                limit: config.endpoint_limit(),
-            };
-            n += 1;
-        }
-        if config.global_limit() > 0 {
-            tiers[n] = TierCheck {
-                tier: Tier::Global,
-                id: "",
-                limit: config.global_limit(),
-            };
-            n += 1;
-        }
-        if n == 0 {
-            return Decision::admit(u64::MAX);
-        }
         let store_request = StoreRequest {
             now: self.inner.clock.now(),
             window: config.window(),
             cost: 1,
             tiers: &tiers[..n],
         };
-        let outcome = match &self.inner.store {
+        decide(match &self.inner.store {
             StoreKind::Memory(store) => store.check_sync(&store_request),
             #[cfg(feature = "redis")]
-            // Boxed: fred's futures are kilobytes, and an unboxed one would make every check's
-            // future that large (and memcpy'd), memory path included.
-            StoreKind::Redis(store) => Box::pin(store.check_or_fallback(&store_request)).await,
+            StoreKind::Redis(store) => store.check_or_fallback(&store_request).await,
             StoreKind::Custom(store) => store.check(&store_request).await,
-        };
-        match outcome {
-            Ok(StoreOutcome::Admitted { remaining }) => Decision::admit(remaining),
-            Ok(StoreOutcome::Denied { tier, retry_after }) => Decision::deny(tier, retry_after),
-            Err(error) => {
-                tracing::error!(%error, "rate limit store failed; request let through");
-                Decision::admit(0)
-            }
-        }
+        })
     }
 
     /// Forgets everything recorded for `user` (to lift a block by hand).

@@ -20,7 +20,7 @@ use crate::config::{RedisConfig, TimeSource};
 use crate::decision::Tier;
 
 /// The script, run with EVALSHA (and reloaded on NOSCRIPT).
-pub const SCRIPT: &str = include_str!("redis.lua");
+pub(crate) const SCRIPT: &str = include_str!("redis.lua");
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Conn {
@@ -34,7 +34,7 @@ enum Conn {
 
 /// Sliding logs in Redis sorted sets, shared by every app instance on the same Redis.
 ///
-/// Each check is one EVALSHA of [`SCRIPT`], which trims, counts and, only if every tier has
+/// Each check is one EVALSHA of `src/store/redis.lua`, which trims, counts and, only if every tier has
 /// room, records the request in every tier, atomically: two instances can never both take the
 /// last slot. Members are unique per request (a random 64-bit instance id and a counter), so
 /// requests in the same microsecond from many instances never collapse into one entry. Every
