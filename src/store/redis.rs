@@ -377,6 +377,10 @@ fn parse_reply(reply: &[i64], tiers: &[TierCheck<'_>]) -> Result<StoreOutcome, S
     }
 }
 
+fn timed_out(timeout: Duration) -> StoreError {
+    StoreError::new(format!("Redis did not answer within {timeout:?}"))
+}
+
 fn fred_error(message: &str, error: FredError) -> StoreError {
     StoreError::with_source(format!("{message}: {error}"), error)
 }
@@ -430,11 +434,7 @@ impl Store for RedisStore {
         async move {
             tokio::time::timeout(timeout, self.check_inner(request))
                 .await
-                .unwrap_or_else(|_| {
-                    Err(StoreError::new(format!(
-                        "Redis did not answer within {timeout:?}"
-                    )))
-                })
+                .unwrap_or_else(|_| Err(timed_out(timeout)))
         }
     }
 
@@ -442,17 +442,17 @@ impl Store for RedisStore {
         let key = self.key(tier, id);
         let timeout = self.inner.command_timeout;
         self.inner.denied.remove(&key);
-        async move {
+        let delete = async move {
             if !self.connected().await {
                 return Err(StoreError::new("Redis is unreachable"));
             }
-            match tokio::time::timeout(timeout, self.inner.client.del::<i64, _>(key)).await {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err(e)) => Err(fred_error("DEL failed", e)),
-                Err(_) => Err(StoreError::new(format!(
-                    "Redis did not answer within {timeout:?}"
-                ))),
-            }
+            let deleted: Result<i64, _> = self.inner.client.del(key).await;
+            deleted.map(|_| ()).map_err(|e| fred_error("DEL failed", e))
+        };
+        async move {
+            tokio::time::timeout(timeout, delete)
+                .await
+                .unwrap_or_else(|_| Err(timed_out(timeout)))
         }
     }
 
