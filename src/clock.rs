@@ -48,6 +48,7 @@ fn system_micros() -> u64 {
 }
 
 impl Clock for SystemClock {
+    #[inline]
     fn now(&self) -> Duration {
         let counter = counter();
         let raw = counter.raw();
@@ -117,6 +118,7 @@ impl ManualClock {
 }
 
 impl Clock for ManualClock {
+    #[inline]
     fn now(&self) -> Duration {
         Duration::from_micros(self.micros.load(Ordering::SeqCst))
     }

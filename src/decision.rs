@@ -53,6 +53,7 @@ pub struct Decision {
 }
 
 impl Decision {
+    #[inline]
     pub(crate) fn admit(remaining: u64) -> Self {
         Self {
             allowed: true,
@@ -63,10 +64,12 @@ impl Decision {
     }
 
     /// No tier applies: allowed, nothing to count down.
+    #[inline]
     pub(crate) fn unlimited() -> Self {
         Self::admit(u64::MAX)
     }
 
+    #[inline]
     pub(crate) fn deny(tier: Tier, retry_after: Duration) -> Self {
         Self {
             allowed: false,
@@ -77,6 +80,7 @@ impl Decision {
     }
 
     /// Whether the request may go on.
+    #[inline]
     pub fn allowed(&self) -> bool {
         self.allowed
     }
@@ -84,6 +88,7 @@ impl Decision {
     /// The smallest capacity left over the enabled tiers after this request (0 when denied).
     ///
     /// `u64::MAX` when no tier applies (every limit 0, or only a user limit and no user).
+    #[inline]
     pub fn remaining(&self) -> u64 {
         self.remaining
     }
@@ -93,11 +98,13 @@ impl Decision {
     /// Exact to the microsecond. An entry at exactly `now - window` still counts, so room comes
     /// one microsecond after the entry's window ends: a request recorded at `t` in a 60 s window
     /// frees its slot at `t + 60 s + 1 µs`.
+    #[inline]
     pub fn retry_after(&self) -> Duration {
         self.retry_after
     }
 
     /// The `Retry-After` value: whole seconds rounded up; 0 when allowed, at least 1 when denied.
+    #[inline]
     pub fn retry_after_secs(&self) -> u64 {
         if self.allowed {
             return 0;
@@ -107,6 +114,7 @@ impl Decision {
     }
 
     /// The tier that denied the request, if any.
+    #[inline]
     pub fn blocked_by(&self) -> Option<Tier> {
         self.blocked_by
     }

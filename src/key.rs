@@ -40,11 +40,13 @@ static SAFE: [bool; 256] = {
     table
 };
 
+#[inline]
 fn is_safe(b: u8) -> bool {
     SAFE[usize::from(b)]
 }
 
 /// Encodes an id or a route into a key part (see the module docs).
+#[inline]
 pub fn encode_id(id: &str) -> Cow<'_, str> {
     let bytes = id.as_bytes();
     if bytes.len() > MAX_RAW_ID_LEN {

@@ -46,6 +46,7 @@ pub struct CheckRequest<'a> {
 impl<'a> CheckRequest<'a> {
     /// A request from `user` to `endpoint`: a route template, or `None` when no route matched
     /// (all such requests share one fixed endpoint key).
+    #[inline]
     pub fn new(user: UserKey<'a>, endpoint: Option<&'a str>) -> Self {
         Self { user, endpoint }
     }
@@ -64,6 +65,7 @@ const NO_TIER: TierCheck<'static> = TierCheck {
 };
 
 impl<'a> Keys<'a> {
+    #[inline]
     fn new(config: &RateLimitConfig, request: CheckRequest<'a>) -> Self {
         let user = match request.user {
             _ if config.user_limit() == 0 => None,
@@ -121,6 +123,7 @@ impl<'a> Keys<'a> {
 }
 
 /// The decision for a store's answer; a failing store lets the request through.
+#[inline]
 fn decide(outcome: Result<StoreOutcome, StoreError>) -> Decision {
     match outcome {
         Ok(StoreOutcome::Admitted { remaining }) => Decision::admit(remaining),
@@ -141,6 +144,7 @@ enum CheckFuture<'a> {
 impl Future for CheckFuture<'_> {
     type Output = Decision;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Decision> {
         match self.get_mut() {
             Self::Ready(decision) => Poll::Ready(decision.take().expect("polled after completion")),
@@ -258,6 +262,7 @@ impl RateLimiter {
     }
 
     /// Checks one request from `user` to `endpoint` (a route template), and records it if allowed.
+    #[inline]
     pub fn check<'a>(
         &'a self,
         user: &'a str,
@@ -273,6 +278,7 @@ impl RateLimiter {
     ///
     /// On memory the decision is made before this returns, and the future is ready at once; it
     /// only waits on Redis or a custom store.
+    #[inline]
     pub fn check_request<'a>(
         &'a self,
         request: CheckRequest<'a>,

@@ -220,3 +220,118 @@ async fn the_contract_backend_runs_on_this_cluster() {
     assert!(l.check("x", "/").await.allowed());
     assert!(!l.check("x", "/").await.allowed());
 }
+
+/// A slot moves to another master while the limiter runs: afterwards the old owner answers
+/// MOVED, which is followed (no fallback), and the count carries over exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moved_redirections_after_resharding_are_followed() {
+    let cluster = RedisCluster::start();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let l = limiter(config(&cluster, "rs", 5, 0, 1000), &clock).await;
+    let key = "rs:user:alice";
+    for _ in 0..2 {
+        assert!(l.check("alice", "/").await.allowed());
+    }
+    let src = cluster.owner_of(key);
+    let dst = (src + 1) % cluster.nodes.len();
+    let slot = cluster.nodes[src]
+        .cli(&["CLUSTER", "KEYSLOT", key])
+        .trim()
+        .to_owned();
+    let id = |i: usize| cluster.nodes[i].cli(&["CLUSTER", "MYID"]).trim().to_owned();
+    let (src_id, dst_id) = (id(src), id(dst));
+    let ok = |out: String| assert!(out.trim() == "OK", "{out}");
+    ok(cluster.nodes[dst].cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &src_id]));
+    ok(cluster.nodes[src].cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &dst_id]));
+    let dst_port = cluster.nodes[dst].port().to_string();
+    ok(cluster.nodes[src].cli(&[
+        "MIGRATE",
+        "127.0.0.1",
+        &dst_port,
+        "",
+        "0",
+        "5000",
+        "KEYS",
+        key,
+    ]));
+    for node in &cluster.nodes {
+        ok(node.cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &dst_id]));
+    }
+    assert_eq!(cluster.owner_of(key), dst);
+    // The limiter still believes the source owns the slot: the source answers MOVED.
+    for _ in 0..3 {
+        assert!(l.check("alice", "/").await.allowed());
+    }
+    let d = l.check("alice", "/").await;
+    assert_eq!(
+        d.blocked_by(),
+        Some(Tier::User),
+        "5 in all, across the move"
+    );
+    assert_eq!(l.backend(), Backend::Redis, "a MOVED is not a failure");
+    assert_eq!(cluster.nodes[dst].cli(&["ZCARD", key]).trim(), "5");
+}
+
+/// During a slot migration, once the key has moved, its old owner answers ASK: the check must
+/// run on the importing master (after ASKING), not fail and not fall back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_redirections_during_a_migration_are_followed() {
+    let cluster = RedisCluster::start();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    // User and global tiers: the per-tier path, with a rollback when the global tier denies.
+    let l = limiter(config(&cluster, "ask", 5, 0, 4), &clock).await;
+    let key = "ask:user:alice";
+    for _ in 0..2 {
+        assert!(l.check("alice", "/").await.allowed());
+    }
+    let src = cluster.owner_of(key);
+    let dst = (src + 1) % cluster.nodes.len();
+    let slot = cluster.nodes[src]
+        .cli(&["CLUSTER", "KEYSLOT", key])
+        .trim()
+        .to_owned();
+    let id = |i: usize| cluster.nodes[i].cli(&["CLUSTER", "MYID"]).trim().to_owned();
+    let (src_id, dst_id) = (id(src), id(dst));
+    let ok = |out: String| assert!(out.trim() == "OK", "{out}");
+    ok(cluster.nodes[dst].cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &src_id]));
+    ok(cluster.nodes[src].cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &dst_id]));
+    let dst_port = cluster.nodes[dst].port().to_string();
+    ok(cluster.nodes[src].cli(&[
+        "MIGRATE",
+        "127.0.0.1",
+        &dst_port,
+        "",
+        "0",
+        "5000",
+        "KEYS",
+        key,
+    ]));
+    let zcard_importing = || {
+        // One connection: ASKING lets the importing master answer for the slot.
+        let mut child = std::process::Command::new("redis-cli")
+            .args(["-p", &dst_port])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        writeln!(child.stdin.take().unwrap(), "ASKING\nZCARD {key}").unwrap();
+        let out = child.wait_with_output().unwrap();
+        let out = String::from_utf8_lossy(&out.stdout).into_owned();
+        out.lines().last().unwrap_or_default().to_owned()
+    };
+    assert_eq!(zcard_importing(), "2");
+    // Only by following the ASK can the script see the two entries and record the third.
+    assert!(l.check("alice", "/").await.allowed());
+    assert_eq!(l.backend(), Backend::Redis, "an ASK is not a failure");
+    assert_eq!(zcard_importing(), "3");
+    // The old owner no longer has the key: it still answers ASK.
+    assert!(cluster.nodes[src].cli(&["EXISTS", key]).starts_with("ASK"));
+    // A request the global tier (limit 4) denies: its user entry, recorded on the importing
+    // master through the ASK, is rolled back there too.
+    assert!(l.check("alice", "/").await.allowed());
+    let d = l.check("alice", "/").await;
+    assert_eq!(d.blocked_by(), Some(Tier::Global));
+    assert_eq!(zcard_importing(), "4");
+    assert_eq!(l.backend(), Backend::Redis);
+}

@@ -28,6 +28,7 @@ struct Log {
 
 impl Log {
     /// Drops entries older than `cutoff` (an entry at exactly `cutoff` still counts).
+    #[inline]
     fn trim(&mut self, cutoff: u64) {
         while self.entries.front().is_some_and(|&t| t < cutoff) {
             self.entries.pop_front();
@@ -93,6 +94,7 @@ enum Held<'a> {
 }
 
 impl Held<'_> {
+    #[inline]
     fn log(&mut self) -> &mut Log {
         match self {
             Self::Map(r) => r.value_mut(),
@@ -268,6 +270,7 @@ enum Blocked {
 
 impl Inner {
     /// Locks every tier's log (in `tiers`' order), always taking them user, endpoint, global.
+    #[inline]
     fn hold_all<'a>(
         &'a self,
         tiers: &[TierCheck<'_>],
@@ -289,6 +292,7 @@ impl Inner {
     /// and endpoint maps are distinct, so a held guard never shares a shard with the one taken
     /// here, and the sweep (the only other place that waits on shard locks while working) runs
     /// only with no lock held, takes one shard at a time and waits on nothing else.
+    #[inline]
     fn hold(&self, t: &TierCheck<'_>, now: u64, may_sweep: bool) -> Result<Held<'_>, Blocked> {
         let map = match t.tier {
             Tier::Global => return Ok(Held::Global(self.global.lock())),

@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use fred::prelude::{
-    Builder, Client, ClientLike, Config, ConnectionConfig, Error as FredError, KeysInterface,
-    PerformanceConfig, SortedSetsInterface,
+    Builder, Client, ClientLike, Config, ConnectionConfig, Error as FredError, ErrorKind,
+    KeysInterface, PerformanceConfig, SortedSetsInterface,
 };
 use fred::types::scripts::Script;
+use fred::types::{ClusterHash, CustomCommand};
 use tokio::sync::watch;
 
 use super::{Backend, Store, StoreError, StoreOutcome, StoreRequest, TierCheck};
@@ -69,6 +70,10 @@ struct Inner {
     started: AtomicBool,
     /// Keys Redis said are full, with the time (µs, the limiter's clock) until which they are.
     denied: DashMap<String, u64, ahash::RandomState>,
+    /// Cluster only: one plain connection per master, for ASK redirections (see `eval_one`).
+    /// The lock also keeps each ASKING and the command it is for together on the wire.
+    ask_clients: tokio::sync::Mutex<Vec<(String, Client)>>,
+    config: RedisConfig,
 }
 
 /// At most this many keys are remembered as denied.
@@ -109,6 +114,8 @@ impl RedisStore {
                 instance: random_u64(),
                 counter: AtomicU64::new(0),
                 denied: DashMap::default(),
+                ask_clients: tokio::sync::Mutex::new(Vec::new()),
+                config: config.clone(),
                 conn: watch::Sender::new(if failed {
                     Conn::Failed
                 } else {
@@ -282,7 +289,7 @@ impl RedisStore {
         for (i, tier) in req.tiers.iter().enumerate() {
             let key = self.key(tier.tier, tier.id);
             let args = script_args(req, now.clone(), member.clone(), [tier.limit]);
-            let reply = self.eval(vec![key.clone()], args).await?;
+            let reply = self.eval_one(&key, args).await?;
             match parse_reply(&reply, &req.tiers[i..=i])? {
                 StoreOutcome::Admitted { remaining: left } => {
                     remaining = remaining.min(left);
@@ -310,10 +317,107 @@ impl RedisStore {
                 .zrem::<i64, _, _>(key.as_str(), members.clone())
         });
         // Sent together: fred pipelines them, one round trip per node.
-        for result in futures_util::future::join_all(removals).await {
-            result.map_err(|e| fred_error("rolling back a reservation failed", e))?;
+        let results = futures_util::future::join_all(removals).await;
+        for (key, result) in keys.iter().zip(results) {
+            match result {
+                Ok(_) => {}
+                // The key's slot is migrating (see `eval_one`).
+                Err(e) if *e.kind() == ErrorKind::Routing => {
+                    match self.asking(key, "ZREM", &members).await {
+                        Some(reply) => {
+                            reply?;
+                        }
+                        None => return Err(fred_error("rolling back a reservation failed", e)),
+                    }
+                }
+                Err(e) => return Err(fred_error("rolling back a reservation failed", e)),
+            }
         }
         Ok(())
+    }
+
+    /// The script on one key of a cluster.
+    ///
+    /// fred 10.1 does not follow ASK redirections: it sends ASKING to the target but then the
+    /// command itself to the slot's old owner again (`router::commands::process_ask` leaves
+    /// `cluster_node` unset), until its redirection budget runs out. ASK only happens while a slot is being
+    /// migrated and the key has already moved, so this store follows it itself: it finds the
+    /// master importing the slot (its own `CLUSTER NODES` line says `[slot-<-source]`) and runs
+    /// ASKING and the script there, back to back, on a plain connection of its own.
+    async fn eval_one(&self, key: &str, args: Vec<String>) -> Result<Vec<i64>, StoreError> {
+        let inner = &*self.inner;
+        let result: Result<Vec<i64>, FredError> = inner
+            .script
+            .evalsha_with_reload(&inner.client, vec![key.to_owned()], args.clone())
+            .await;
+        match result {
+            Err(e) if *e.kind() == ErrorKind::Routing => {
+                match self.asking(key, "EVALSHA", &args).await {
+                    Some(reply) => reply,
+                    None => Err(fred_error("rate limit script failed", e)),
+                }
+            }
+            other => other.map_err(|e| fred_error("rate limit script failed", e)),
+        }
+    }
+
+    /// Runs `EVALSHA` (with `args`) or `ZREM` (of the members in `args`) on `key` at the master
+    /// importing its slot, after ASKING. `None` when no master is importing the slot.
+    async fn asking(
+        &self,
+        key: &str,
+        command: &'static str,
+        args: &[String],
+    ) -> Option<Result<Vec<i64>, StoreError>> {
+        let inner = &*self.inner;
+        let slot = fred::util::redis_keyslot(key.as_bytes());
+        let mut clients = inner.ask_clients.lock().await;
+        for server in inner.client.active_connections() {
+            let addr = format!("{}:{}", server.host, server.port);
+            let client = match clients.iter().find(|(a, _)| *a == addr) {
+                Some((_, c)) => c.clone(),
+                None => {
+                    let config = RedisConfig {
+                        url: format!("redis://{addr}"),
+                        cluster: false,
+                        ..inner.config.clone()
+                    };
+                    let client = build_client(&config).ok()?;
+                    client.init().await.ok()?;
+                    clients.push((addr, client.clone()));
+                    client
+                }
+            };
+            let nodes: String = client.custom(custom("CLUSTER"), vec!["NODES"]).await.ok()?;
+            let importing = format!("[{slot}-<-");
+            let mine = nodes.lines().find(|l| l.contains("myself"))?;
+            if !mine.contains(&importing) {
+                continue;
+            }
+            let asking: Result<(), FredError> =
+                client.custom(custom("ASKING"), Vec::<String>::new()).await;
+            if let Err(e) = asking {
+                return Some(Err(fred_error("ASKING failed", e)));
+            }
+            let mut full: Vec<String> = Vec::with_capacity(args.len() + 3);
+            if command == "EVALSHA" {
+                full.extend([inner.script.sha1().to_string(), "1".to_owned()]);
+                full.push(key.to_owned());
+            } else {
+                full.push(key.to_owned());
+            }
+            full.extend(args.iter().cloned());
+            let reply = if command == "EVALSHA" {
+                client.custom::<Vec<i64>, _>(custom("EVALSHA"), full).await
+            } else {
+                client
+                    .custom::<i64, _>(custom("ZREM"), full)
+                    .await
+                    .map(|n| vec![n])
+            };
+            return Some(reply.map_err(|e| fred_error("redirected command failed", e)));
+        }
+        None
     }
 
     async fn eval(&self, keys: Vec<String>, args: Vec<String>) -> Result<Vec<i64>, StoreError> {
@@ -377,6 +481,10 @@ fn parse_reply(reply: &[i64], tiers: &[TierCheck<'_>]) -> Result<StoreOutcome, S
     }
 }
 
+fn custom(command: &'static str) -> CustomCommand {
+    CustomCommand::new_static(command, ClusterHash::Random, false)
+}
+
 fn timed_out(timeout: Duration) -> StoreError {
     StoreError::new(format!("Redis did not answer within {timeout:?}"))
 }
@@ -396,6 +504,17 @@ pub(crate) fn client_config(config: &RedisConfig) -> Result<Config, FredError> {
 
 fn build_client(config: &RedisConfig) -> Result<Client, FredError> {
     let redis = client_config(config)?;
+    // One attempt: a dead server fails fast instead of being retried. On a cluster, fred 10.1
+    // spends attempts on ASK redirections, which it does not follow (see `eval_one`), and its
+    // connection task *ends* if the attempts run out before the redirection budget (5): so
+    // the attempts must outlast the redirections, leaving the caller a "Too many
+    // redirections" error and a live client. Every call is still bounded by the command
+    // timeout.
+    let attempts = if redis.server.is_clustered() {
+        ConnectionConfig::default().max_redirections + 2
+    } else {
+        1
+    };
     let mut builder = Builder::from_config(redis);
     builder
         .set_performance_config(PerformanceConfig {
@@ -405,7 +524,7 @@ fn build_client(config: &RedisConfig) -> Result<Client, FredError> {
         .set_connection_config(ConnectionConfig {
             connection_timeout: config.connect_timeout,
             internal_command_timeout: config.connect_timeout,
-            max_command_attempts: 1,
+            max_command_attempts: attempts,
             ..ConnectionConfig::default()
         });
     builder.build()
