@@ -128,16 +128,39 @@ impl Decision {
 
     /// Inserts `X-RateLimit-Remaining` and `Retry-After` into `headers`, replacing any there.
     pub fn write_headers(&self, headers: &mut HeaderMap) {
-        headers.insert(
-            X_RATELIMIT_REMAINING.clone(),
-            HeaderValue::from(self.remaining),
-        );
-        let retry = match self.retry_after_secs() {
-            0 => HeaderValue::from_static("0"),
-            n => HeaderValue::from(n),
-        };
+        headers.insert(X_RATELIMIT_REMAINING.clone(), number(self.remaining));
+        let retry = number(self.retry_after_secs());
         headers.insert(RETRY_AFTER, retry);
     }
+}
+
+/// Header values of small numbers, made once: sending one is then a copy, not an allocation.
+const CACHED_NUMBERS: u64 = 4096;
+
+fn number(n: u64) -> HeaderValue {
+    static CACHE: std::sync::OnceLock<Vec<HeaderValue>> = std::sync::OnceLock::new();
+    if n >= CACHED_NUMBERS {
+        return HeaderValue::from(n);
+    }
+    let cache = CACHE.get_or_init(|| {
+        // One leaked string of every digit sequence: static header values clone for free.
+        let mut all = String::new();
+        let mut ends = Vec::with_capacity(CACHED_NUMBERS as usize);
+        for i in 0..CACHED_NUMBERS {
+            all.push_str(&i.to_string());
+            ends.push(all.len());
+        }
+        let all: &'static str = Box::leak(all.into_boxed_str());
+        let mut start = 0;
+        ends.into_iter()
+            .map(|end| {
+                let value = HeaderValue::from_static(&all[start..end]);
+                start = end;
+                value
+            })
+            .collect()
+    });
+    cache[n as usize].clone()
 }
 
 impl Serialize for Decision {
@@ -148,5 +171,30 @@ impl Serialize for Decision {
         st.serialize_field("retry_after", &self.retry_after_secs())?;
         st.serialize_field("blocked_by", &self.blocked_by)?;
         st.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_numbers_are_exact_on_both_sides_of_the_cache() {
+        for n in [0, 1, 9, 10, 99, 100, 4095, 4096, 4097, 1 << 40, u64::MAX] {
+            assert_eq!(number(n).to_str().unwrap(), n.to_string());
+        }
+    }
+
+    #[test]
+    fn headers_of_a_denial_round_up() {
+        let d = Decision::deny(Tier::User, Duration::from_millis(1500));
+        let h = d.headers();
+        assert_eq!(h[&X_RATELIMIT_REMAINING], "0");
+        assert_eq!(h[RETRY_AFTER], "2");
+        let d = Decision::deny(Tier::User, Duration::from_micros(1));
+        assert_eq!(d.headers()[RETRY_AFTER], "1");
+        let a = Decision::admit(7);
+        assert_eq!(a.headers()[RETRY_AFTER], "0");
+        assert_eq!(a.headers()[&X_RATELIMIT_REMAINING], "7");
     }
 }

@@ -206,16 +206,13 @@ where
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
-    type Future = ResponseFuture<ResBody, S::Error>;
+    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        // Keep the service that poll_ready made ready; leave a fresh clone in its place.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
         let (parts, body) = request.into_parts();
         let user_id = self.layer.user_id.as_ref().and_then(|f| f(&parts));
         let ip = if user_id.is_none() {
@@ -225,27 +222,44 @@ where
         };
         let endpoint = self.layer.endpoint_of(&parts);
         let request = Request::from_parts(parts, body);
-        let limiter = self.layer.limiter.clone();
-        ResponseFuture {
-            inner: Box::pin(async move {
-                let user = match (&user_id, ip) {
-                    (Some(id), _) => UserKey::Id(id),
-                    (None, Some(ip)) => UserKey::Ip(ip),
-                    (None, None) => UserKey::Anonymous,
-                };
-                let decision = limiter
-                    .check_request(CheckRequest::new(user, endpoint.as_str()))
-                    .await;
-                if !decision.allowed() {
-                    return Ok(too_many_requests(&decision));
-                }
-                let response = inner.call(request).await?;
-                let (mut parts, body) = response.into_parts();
-                decision.write_headers(&mut parts.headers);
-                Ok(Response::from_parts(parts, ResponseBody::inner(body)))
-            }),
+        // In memory the decision is made here and now: no boxed future, no service clone.
+        let check = CheckRequest::new(user_key(&user_id, ip), endpoint.as_str());
+        if let Some(decision) = self.layer.limiter.check_now(check) {
+            if !decision.allowed() {
+                return ResponseFuture::rejected(too_many_requests(&decision));
+            }
+            return ResponseFuture::inner(self.inner.call(request), decision);
         }
+        // A store that waits (Redis): keep the service that poll_ready made ready, leave a
+        // fresh clone in its place, and decide in a boxed future.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let limiter = self.layer.limiter.clone();
+        ResponseFuture::waiting(Box::pin(async move {
+            let decision = limiter
+                .check_request(CheckRequest::new(user_key(&user_id, ip), endpoint.as_str()))
+                .await;
+            if !decision.allowed() {
+                return Ok(too_many_requests(&decision));
+            }
+            let response = inner.call(request).await?;
+            Ok(with_headers(response, &decision))
+        }))
     }
+}
+
+fn user_key(user_id: &Option<String>, ip: Option<IpAddr>) -> UserKey<'_> {
+    match (user_id, ip) {
+        (Some(id), _) => UserKey::Id(id),
+        (None, Some(ip)) => UserKey::Ip(ip),
+        (None, None) => UserKey::Anonymous,
+    }
+}
+
+fn with_headers<B>(response: Response<B>, decision: &Decision) -> Response<ResponseBody<B>> {
+    let (mut parts, body) = response.into_parts();
+    decision.write_headers(&mut parts.headers);
+    Response::from_parts(parts, ResponseBody::inner(body))
 }
 
 fn too_many_requests<B>(decision: &Decision) -> Response<ResponseBody<B>> {
@@ -265,25 +279,72 @@ fn too_many_requests<B>(decision: &Decision) -> Response<ResponseBody<B>> {
     response
 }
 
-/// The future of [`RateLimit`]: the check, then the inner service.
-pub struct ResponseFuture<B, E> {
-    inner: BoxedResponse<B, E>,
+pin_project! {
+    /// The future of [`RateLimit`]: the inner service's future (the check is already made, in
+    /// memory), a ready 429, or, with a store that waits, the check and then the inner service.
+    pub struct ResponseFuture<F, B, E> {
+        #[pin]
+        kind: FutureKind<F, B, E>,
+    }
+}
+
+pin_project! {
+    #[project = FutureKindProj]
+    enum FutureKind<F, B, E> {
+        Rejected { response: Option<Response<ResponseBody<B>>> },
+        Inner { #[pin] future: F, decision: Decision },
+        Waiting { future: BoxedResponse<B, E> },
+    }
 }
 
 type BoxedResponse<B, E> =
     Pin<Box<dyn Future<Output = Result<Response<ResponseBody<B>>, E>> + Send>>;
 
-impl<B, E> fmt::Debug for ResponseFuture<B, E> {
+impl<F, B, E> ResponseFuture<F, B, E> {
+    fn rejected(response: Response<ResponseBody<B>>) -> Self {
+        Self {
+            kind: FutureKind::Rejected {
+                response: Some(response),
+            },
+        }
+    }
+
+    fn inner(future: F, decision: Decision) -> Self {
+        Self {
+            kind: FutureKind::Inner { future, decision },
+        }
+    }
+
+    fn waiting(future: BoxedResponse<B, E>) -> Self {
+        Self {
+            kind: FutureKind::Waiting { future },
+        }
+    }
+}
+
+impl<F, B, E> fmt::Debug for ResponseFuture<F, B, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseFuture").finish_non_exhaustive()
     }
 }
 
-impl<B, E> Future for ResponseFuture<B, E> {
+impl<F, B, E> Future for ResponseFuture<F, B, E>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
     type Output = Result<Response<ResponseBody<B>>, E>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.inner.as_mut().poll(cx)
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            FutureKindProj::Rejected { response } => {
+                Poll::Ready(Ok(response.take().expect("polled after completion")))
+            }
+            FutureKindProj::Inner { future, decision } => {
+                let response = std::task::ready!(future.poll(cx))?;
+                Poll::Ready(Ok(with_headers(response, decision)))
+            }
+            FutureKindProj::Waiting { future } => future.as_mut().poll(cx),
+        }
     }
 }
 

@@ -283,17 +283,25 @@ impl RateLimiter {
         &'a self,
         request: CheckRequest<'a>,
     ) -> impl Future<Output = Decision> + Send + 'a {
-        match &self.inner.store {
-            StoreKind::Memory(store) => {
-                let keys = Keys::new(&self.inner.config, request);
-                let decision =
-                    keys.with_request(self.inner.clock.now(), &self.inner.config, |req| {
-                        decide(store.check_sync(req))
-                    });
-                CheckFuture::Ready(Some(decision.unwrap_or_else(Decision::unlimited)))
-            }
-            _ => CheckFuture::Waiting(Box::pin(self.check_remote(request))),
+        match self.check_now(request) {
+            Some(decision) => CheckFuture::Ready(Some(decision)),
+            None => CheckFuture::Waiting(Box::pin(self.check_remote(request))),
         }
+    }
+
+    /// The decision, made now, when the store answers without waiting (memory); `None` when
+    /// it has to wait (Redis, a custom store): then use [`check_request`](Self::check_request).
+    #[inline]
+    pub(crate) fn check_now(&self, request: CheckRequest<'_>) -> Option<Decision> {
+        let StoreKind::Memory(store) = &self.inner.store else {
+            return None;
+        };
+        let config = &self.inner.config;
+        let keys = Keys::new(config, request);
+        let decision = keys.with_request(self.inner.clock.now(), config, |req| {
+            decide(store.check_sync(req))
+        });
+        Some(decision.unwrap_or_else(Decision::unlimited))
     }
 
     async fn check_remote(&self, request: CheckRequest<'_>) -> Decision {
