@@ -1,0 +1,251 @@
+#!/usr/bin/env bash
+# HTTP load comparison: an axum hello-world (GET / -> "hello") served three ways, one after
+# the other, each as its own process on a free loopback port:
+#
+#   bare      no rate limiting (the baseline)
+#   ours      RateLimitLayer, in memory, three tiers, limits never reached (1 s window)
+#   governor  tower_governor 0.7 keyed by the x-user-id header, a quota never reached
+#
+# (examples/bench_http.rs). wrk loads each from a second process; the modes run interleaved
+# (bare, ours, governor, bare, ...) REPS times, and the table gives each mode's median
+# requests/s and p99 latency, and the ratios ours/bare and ours/governor.
+#
+#   benches/http.sh                       # about 2 minutes with the defaults
+#   DURATION=5s REPS=1 benches/http.sh    # a quick look
+#
+# Fairness on a small machine: the server runs with WORKERS tokio worker threads (default 1)
+# pinned to SERVER_CPUS (default core 0) and wrk with one thread pinned to WRK_CPUS (default
+# core 1), so the load generator never steals the server's CPU. The csv's server_cpu column
+# is the server's CPU use during the timed run, in cores: close to WORKERS means the server
+# was the bottleneck (what we want to measure); well below means wrk was. Without taskset or
+# with fewer than two CPUs, nothing is pinned.
+#
+# Writes the table to stdout and benches/results/http.md, every run to benches/results/http.csv.
+# Settings (environment): DURATION (10s), WARMUP (2s), CONNECTIONS (64), REPS (3), WORKERS (1),
+# SERVER_CPUS (0), WRK_CPUS (1), MODES ("bare ours governor"), RESULTS (benches/results).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+DURATION=${DURATION:-10s}
+WARMUP=${WARMUP:-2s}
+CONNECTIONS=${CONNECTIONS:-64}
+REPS=${REPS:-3}
+WORKERS=${WORKERS:-1}
+SERVER_CPUS=${SERVER_CPUS:-0}
+WRK_CPUS=${WRK_CPUS:-1}
+MODES=${MODES:-bare ours governor}
+RESULTS=${RESULTS:-$ROOT/benches/results}
+USER_HEADER='x-user-id: bench'
+
+log() { echo "http.sh: $*" >&2; }
+die() {
+    log "error: $*"
+    exit 1
+}
+
+# --- wrk ---------------------------------------------------------------------------------
+if ! command -v wrk >/dev/null 2>&1; then
+    log "installing wrk with apt-get"
+    sudo=()
+    if [ "$(id -u)" -ne 0 ]; then sudo=(sudo); fi
+    "${sudo[@]}" apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq wrk >&2
+fi
+command -v wrk >/dev/null 2>&1 || die "wrk is not installed"
+
+# --- pinning -----------------------------------------------------------------------------
+server_pin=()
+wrk_pin=()
+if command -v taskset >/dev/null 2>&1 && [ "$(nproc)" -ge 2 ]; then
+    server_pin=(taskset -c "$SERVER_CPUS")
+    wrk_pin=(taskset -c "$WRK_CPUS")
+    pinning="server on CPU $SERVER_CPUS, wrk on CPU $WRK_CPUS (taskset)"
+else
+    pinning="none (no taskset, or fewer than 2 CPUs)"
+fi
+
+# --- build -------------------------------------------------------------------------------
+log "building examples/bench_http (release)"
+cargo build --release --quiet --example bench_http --features axum >&2
+target_dir=$(cargo metadata --format-version 1 --no-deps |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+BIN=$target_dir/release/examples/bench_http
+[ -x "$BIN" ] || die "no binary at $BIN"
+
+# --- helpers -----------------------------------------------------------------------------
+TMP=$(mktemp -d)
+SERVER_PID=
+cleanup() {
+    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
+        kill -TERM "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+    fi
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+ADDR=
+start_server() {
+    local mode=$1
+    : >"$TMP/server.out"
+    "${server_pin[@]}" "$BIN" --mode "$mode" --listen 127.0.0.1:0 --workers "$WORKERS" \
+        >"$TMP/server.out" 2>"$TMP/server.err" &
+    SERVER_PID=$!
+    ADDR=
+    for _ in $(seq 200); do
+        ADDR=$(sed -n 's/^listening on //p' "$TMP/server.out")
+        [ -n "$ADDR" ] && return 0
+        kill -0 "$SERVER_PID" 2>/dev/null || break
+        sleep 0.05
+    done
+    cat "$TMP/server.err" >&2
+    die "the $mode server did not start"
+}
+
+stop_server() {
+    kill -TERM "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=
+}
+
+# CPU seconds (user + system) used so far by process $1, all threads.
+cpu_seconds() {
+    awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); print ($12 + $13) / hz }' "/proc/$1/stat"
+}
+
+run_wrk() { # duration, output file
+    "${wrk_pin[@]}" wrk -t1 -c"$CONNECTIONS" -d"$1" --timeout 2s --latency \
+        -H "$USER_HEADER" "http://$ADDR/" >"$2"
+}
+
+# Fields of a wrk report: requests/s, p50 µs, p99 µs, requests, non-2xx, socket errors.
+parse_wrk() {
+    awk '
+        function us(v) {
+            if (v ~ /us$/) { sub(/us$/, "", v); return v + 0 }
+            if (v ~ /ms$/) { sub(/ms$/, "", v); return v * 1000 }
+            if (v ~ /m$/)  { sub(/m$/, "", v);  return v * 60000000 }
+            if (v ~ /s$/)  { sub(/s$/, "", v);  return v * 1000000 }
+            return v + 0
+        }
+        /Requests\/sec:/             { rps = $2 }
+        /^ +50%/                     { p50 = us($2) }
+        /^ +99%/                     { p99 = us($2) }
+        / requests in /              { total = $1 }
+        /Non-2xx or 3xx responses:/  { non2xx = $NF }
+        /Socket errors:/ {
+            gsub(/,/, ""); errors = $4 + $6 + $8 + $10
+        }
+        END { printf "%s,%.0f,%.0f,%s,%d,%d\n", rps, p50, p99, total, non2xx, errors }
+    ' "$1"
+}
+
+median() { # numbers on stdin -> their median
+    sort -g | awk '{ v[NR] = $1 } END {
+        if (NR == 0) { print "nan"; exit }
+        if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2
+    }'
+}
+
+# --- runs --------------------------------------------------------------------------------
+mkdir -p "$RESULTS"
+CSV=$TMP/http.csv
+echo "run,mode,rep,requests_per_sec,p50_us,p99_us,requests,non_2xx,socket_errors,server_cpu,server_cpu_us_per_request" >"$CSV"
+runs=0
+for mode in $MODES; do
+    case $mode in bare | ours | governor) ;; *) die "unknown mode $mode" ;; esac
+    runs=$((runs + 1))
+done
+log "$REPS x {$MODES}: wrk -t1 -c$CONNECTIONS, warm-up $WARMUP, timed $DURATION; pinning: $pinning"
+
+run=0
+for rep in $(seq "$REPS"); do
+    for mode in $MODES; do
+        run=$((run + 1))
+        start_server "$mode"
+        # The status, headers and body once, so a broken server fails loudly.
+        body=$(curl -sf -H "$USER_HEADER" "http://$ADDR/") || die "$mode: GET / failed"
+        [ "$body" = hello ] || die "$mode: GET / answered '$body'"
+        run_wrk "$WARMUP" "$TMP/warmup.txt"
+        cpu0=$(cpu_seconds "$SERVER_PID")
+        t0=$(date +%s.%N)
+        run_wrk "$DURATION" "$TMP/wrk.txt"
+        t1=$(date +%s.%N)
+        cpu1=$(cpu_seconds "$SERVER_PID")
+        stop_server
+        fields=$(parse_wrk "$TMP/wrk.txt")
+        server_cpu=$(awk -v a="$cpu0" -v b="$cpu1" -v s="$t0" -v e="$t1" \
+            'BEGIN { printf "%.2f", (b - a) / (e - s) }')
+        IFS=, read -r rps _ p99 _ non2xx errors <<<"$fields"
+        cpu_per_request=$(awk -v a="$cpu0" -v b="$cpu1" -v n="$(cut -d, -f4 <<<"$fields")" \
+            'BEGIN { if (n > 0) printf "%.2f", (b - a) / n * 1e6; else print "nan" }')
+        [ -n "$rps" ] || {
+            cat "$TMP/wrk.txt" >&2
+            die "$mode: could not read wrk's report"
+        }
+        if [ "$non2xx" -ne 0 ]; then
+            cat "$TMP/wrk.txt" >&2
+            die "$mode: $non2xx responses were not 2xx: a limit was reached or the server failed"
+        fi
+        [ "$errors" -eq 0 ] || log "warning: $mode run $rep had $errors socket errors"
+        echo "$run,$mode,$rep,$fields,$server_cpu,$cpu_per_request" >>"$CSV"
+        log "run $run/$((REPS * runs)) $mode: $rps req/s, p99 ${p99} µs, server CPU $server_cpu cores, $cpu_per_request µs/request"
+    done
+done
+
+# --- report ------------------------------------------------------------------------------
+col() { # mode, column number -> that column's values for the mode
+    awk -F, -v m="$1" -v c="$2" 'NR > 1 && $2 == m { print $c }' "$CSV"
+}
+declare -A RPS P99 CPU
+for mode in $MODES; do
+    RPS[$mode]=$(col "$mode" 4 | median)
+    P99[$mode]=$(col "$mode" 6 | median)
+    CPU[$mode]=$(col "$mode" 11 | median)
+done
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+compare() { # label, mode a, mode b
+    echo "- $1: $(ratio "${RPS[$2]}" "${RPS[$3]}") of the throughput," \
+        "$(ratio "${P99[$2]}" "${P99[$3]}")x the p99 latency," \
+        "$(ratio "${CPU[$2]}" "${CPU[$3]}")x the server CPU per request" \
+        "($(awk -v a="${CPU[$2]}" -v b="${CPU[$3]}" 'BEGIN { printf "%+.2f", a - b }') µs)"
+}
+
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then commit="$commit+dirty"; fi
+cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+{
+    echo "# HTTP load: bare axum vs RateLimitLayer vs tower_governor"
+    echo
+    echo "$(date -u +%Y-%m-%dT%H:%M:%SZ), commit $commit, $(nproc) CPUs ($cpu_model)."
+    echo "\`benches/http.sh\`: GET / (\"hello\"), wrk -t1 -c$CONNECTIONS --latency, warm-up $WARMUP then"
+    echo "$DURATION timed, $REPS runs per mode interleaved, each in a fresh server process with"
+    echo "$WORKERS tokio worker thread(s); pinning: $pinning. Medians over the runs."
+    echo
+    echo "| mode | requests/s | p99 latency (µs) | server CPU per request (µs) | requests/s per run |"
+    echo "|---|---:|---:|---:|---|"
+    for mode in $MODES; do
+        runs_list=$(col "$mode" 4 | awk '{ printf "%s%.0f", (NR > 1 ? ", " : ""), $1 }')
+        printf '| %s | %.0f | %.0f | %.2f | %s |\n' "$mode" "${RPS[$mode]}" "${P99[$mode]}" \
+            "${CPU[$mode]}" "$runs_list"
+    done
+    if [ -n "${RPS[ours]:-}" ]; then
+        echo
+        if [ -n "${RPS[bare]:-}" ]; then compare "ours / bare" ours bare; fi
+        if [ -n "${RPS[governor]:-}" ]; then compare "ours / governor" ours governor; fi
+    fi
+    echo
+    echo "ours checks three tiers (user, endpoint, global sliding logs) and adds two headers;"
+    echo "tower_governor checks one GCRA cell keyed by the same x-user-id header and adds none."
+    echo "Server CPU per request (user + system CPU time of the server process over the timed run,"
+    echo "divided by the requests served) is the figure least disturbed by other load on the"
+    echo "machine. Raw runs: benches/results/http.csv (server_cpu: the server's CPU use in cores"
+    echo "during the timed run; well under $WORKERS means wrk, or another process on the server's"
+    echo "CPU, held it back)."
+} >"$TMP/http.md"
+cp "$CSV" "$RESULTS/http.csv"
+cp "$TMP/http.md" "$RESULTS/http.md"
+cat "$RESULTS/http.md"

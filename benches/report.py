@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Turns the measured data into the tables and the plot of docs/BENCHMARKS.md.
+
+Reads criterion's estimates (target/criterion/*/*/*/new/estimates.json, written by
+`cargo bench --bench check`) and, when present, benches/results/http.csv and redis.csv
+(written by benches/http.sh and benches/redis.sh). Prints markdown tables and writes
+docs/benchmarks.png (needs matplotlib: `pip install matplotlib`).
+"""
+import csv
+import json
+import pathlib
+import statistics
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CRITERION = ROOT / "target" / "criterion"
+RESULTS = ROOT / "benches" / "results"
+
+
+def criterion_ns(group, function, param):
+    path = CRITERION / group / function / str(param) / "new" / "estimates.json"
+    if not path.exists():
+        return None
+    est = json.loads(path.read_text())
+    return est["median"]["point_estimate"], est["median"]["confidence_interval"]
+
+
+def memory_table():
+    rows = []
+    cases = [
+        ("hot_keys_1_thread", "memory", "one thread, one set of hot keys", "governor_keyed_x3"),
+        ("two_threads_same_keys", "memory", "two threads, same keys", "governor_keyed_x3"),
+        ("two_threads_100k_users", "memory", "two threads, 100,000 users", "governor_keyed_x3"),
+    ]
+    print("| case | tiered-ratelimit (ns/check) | governor keyed ×3 (ns/check) | ratio |")
+    print("|---|---:|---:|---:|")
+    for group, param, label, baseline in cases:
+        ours = criterion_ns(group, "tiered_ratelimit", param)
+        base = criterion_ns(group, baseline, param)
+        if ours and base:
+            ratio = ours[0] / base[0]
+            rows.append((label, ours[0], base[0]))
+            print(f"| {label} | {ours[0]:.1f} | {base[0]:.1f} | {ratio:.2f}x |")
+    ten = criterion_ns("live_entries_per_key", "tiered_ratelimit", 10)
+    million = criterion_ns("live_entries_per_key", "tiered_ratelimit", 1000000)
+    if ten and million:
+        print()
+        print("| live entries in the key | ns/check | ratio to 10 |")
+        print("|---:|---:|---:|")
+        print(f"| 10 | {ten[0]:.1f} | 1.00x |")
+        print(f"| 1,000,000 | {million[0]:.1f} | {million[0] / ten[0]:.2f}x |")
+    return rows
+
+
+def read_csv(name):
+    path = RESULTS / name
+    if not path.exists():
+        return []
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def plot(memory_rows, http_rows, redis_rows):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib missing: no plot)", file=sys.stderr)
+        return
+    panels = [p for p in (memory_rows, http_rows, redis_rows) if p]
+    if not panels:
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2))
+    if len(panels) == 1:
+        axes = [axes]
+    ax_iter = iter(axes)
+    if memory_rows:
+        ax = next(ax_iter)
+        labels = [r[0] for r in memory_rows]
+        x = range(len(labels))
+        ax.bar([i - 0.2 for i in x], [r[1] for r in memory_rows], 0.4, label="tiered-ratelimit")
+        ax.bar([i + 0.2 for i in x], [r[2] for r in memory_rows], 0.4, label="governor keyed ×3")
+        ax.set_xticks(list(x), [l.replace(", ", ",\n") for l in labels], fontsize=8)
+        ax.set_ylabel("ns per check (lower is better)")
+        ax.set_title("In-memory check, three tiers")
+        ax.legend(fontsize=8)
+    if http_rows:
+        ax = next(ax_iter)
+        modes = ["bare", "ours", "governor"]
+        medians = []
+        for m in modes:
+            vals = [float(r["requests_per_sec"]) for r in http_rows if r["mode"] == m]
+            medians.append(statistics.median(vals) if vals else 0)
+        ax.bar(modes, medians, color=["grey", "tab:blue", "tab:orange"])
+        ax.set_ylabel("requests/s (higher is better)")
+        ax.set_title("axum hello-world under wrk")
+    if redis_rows:
+        ax = next(ax_iter)
+        levels = sorted({int(r["concurrency"]) for r in redis_rows})
+        for who, color in (("ours", "tab:blue"), ("redis-benchmark", "tab:green")):
+            ys = []
+            for c in levels:
+                vals = [
+                    float(r["checks_per_sec"])
+                    for r in redis_rows
+                    if int(r["concurrency"]) == c and r["who"] == who
+                ]
+                ys.append(statistics.median(vals) if vals else 0)
+            ax.plot(levels, ys, marker="o", label=who, color=color)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent tasks / clients")
+        ax.set_ylabel("checks/s (higher is better)")
+        ax.set_title("Redis: the same Lua script")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    out = ROOT / "docs" / "benchmarks.png"
+    fig.savefig(out, dpi=110)
+    print(f"\n(plot written to {out.relative_to(ROOT)})", file=sys.stderr)
+
+
+def main():
+    memory_rows = memory_table()
+    plot(memory_rows, read_csv("http.csv"), read_csv("redis.csv"))
+
+
+if __name__ == "__main__":
+    main()
