@@ -105,7 +105,7 @@ def plot(memory_rows, http_rows, redis_rows):
                 vals = [
                     float(r["checks_per_sec"])
                     for r in redis_rows
-                    if int(r["concurrency"]) == c and r["who"] == who
+                    if int(r["concurrency"]) == c and r["client"] == who
                 ]
                 ys.append(statistics.median(vals) if vals else 0)
             ax.plot(levels, ys, marker="o", label=who, color=color)
