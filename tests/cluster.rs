@@ -232,31 +232,9 @@ async fn moved_redirections_after_resharding_are_followed() {
     for _ in 0..2 {
         assert!(l.check("alice", "/").await.allowed());
     }
-    let src = cluster.owner_of(key);
-    let dst = (src + 1) % cluster.nodes.len();
-    let slot = cluster.nodes[src]
-        .cli(&["CLUSTER", "KEYSLOT", key])
-        .trim()
-        .to_owned();
-    let id = |i: usize| cluster.nodes[i].cli(&["CLUSTER", "MYID"]).trim().to_owned();
-    let (src_id, dst_id) = (id(src), id(dst));
-    let ok = |out: String| assert!(out.trim() == "OK", "{out}");
-    ok(cluster.nodes[dst].cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &src_id]));
-    ok(cluster.nodes[src].cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &dst_id]));
-    let dst_port = cluster.nodes[dst].port().to_string();
-    ok(cluster.nodes[src].cli(&[
-        "MIGRATE",
-        "127.0.0.1",
-        &dst_port,
-        "",
-        "0",
-        "5000",
-        "KEYS",
-        key,
-    ]));
-    for node in &cluster.nodes {
-        ok(node.cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &dst_id]));
-    }
+    let migration = Migration::start(&cluster, key);
+    migration.finish(&cluster);
+    let dst = migration.dst;
     assert_eq!(cluster.owner_of(key), dst);
     // The limiter still believes the source owns the slot: the source answers MOVED.
     for _ in 0..3 {
@@ -284,28 +262,11 @@ async fn ask_redirections_during_a_migration_are_followed() {
     for _ in 0..2 {
         assert!(l.check("alice", "/").await.allowed());
     }
-    let src = cluster.owner_of(key);
-    let dst = (src + 1) % cluster.nodes.len();
-    let slot = cluster.nodes[src]
-        .cli(&["CLUSTER", "KEYSLOT", key])
-        .trim()
-        .to_owned();
-    let id = |i: usize| cluster.nodes[i].cli(&["CLUSTER", "MYID"]).trim().to_owned();
-    let (src_id, dst_id) = (id(src), id(dst));
-    let ok = |out: String| assert!(out.trim() == "OK", "{out}");
-    ok(cluster.nodes[dst].cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &src_id]));
-    ok(cluster.nodes[src].cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &dst_id]));
-    let dst_port = cluster.nodes[dst].port().to_string();
-    ok(cluster.nodes[src].cli(&[
-        "MIGRATE",
-        "127.0.0.1",
-        &dst_port,
-        "",
-        "0",
-        "5000",
-        "KEYS",
-        key,
-    ]));
+    let migration = Migration::start(&cluster, key);
+    let (src, dst_port) = (
+        migration.src,
+        cluster.nodes[migration.dst].port().to_string(),
+    );
     let zcard_importing = || {
         // One connection: ASKING lets the importing master answer for the slot.
         let mut child = std::process::Command::new("redis-cli")
@@ -334,4 +295,55 @@ async fn ask_redirections_during_a_migration_are_followed() {
     assert_eq!(d.blocked_by(), Some(Tier::Global));
     assert_eq!(zcard_importing(), "4");
     assert_eq!(l.backend(), Backend::Redis);
+}
+
+/// A slot in migration, moved by hand as `redis-cli --cluster reshard` does it: the target
+/// imports, the source migrates, the key moves (MIGRATE); `finish` hands the slot over.
+struct Migration {
+    src: usize,
+    dst: usize,
+    slot: String,
+    dst_id: String,
+}
+
+impl Migration {
+    fn start(cluster: &RedisCluster, key: &str) -> Self {
+        let src = cluster.owner_of(key);
+        let dst = (src + 1) % cluster.nodes.len();
+        let slot = cluster.nodes[src]
+            .cli(&["CLUSTER", "KEYSLOT", key])
+            .trim()
+            .to_owned();
+        let id = |i: usize| cluster.nodes[i].cli(&["CLUSTER", "MYID"]).trim().to_owned();
+        let (src_id, dst_id) = (id(src), id(dst));
+        let dst_port = cluster.nodes[dst].port().to_string();
+        ok(cluster.nodes[dst].cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &src_id]));
+        ok(cluster.nodes[src].cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &dst_id]));
+        ok(cluster.nodes[src].cli(&[
+            "MIGRATE",
+            "127.0.0.1",
+            &dst_port,
+            "",
+            "0",
+            "5000",
+            "KEYS",
+            key,
+        ]));
+        Self {
+            src,
+            dst,
+            slot,
+            dst_id,
+        }
+    }
+
+    fn finish(&self, cluster: &RedisCluster) {
+        for node in &cluster.nodes {
+            ok(node.cli(&["CLUSTER", "SETSLOT", &self.slot, "NODE", &self.dst_id]));
+        }
+    }
+}
+
+fn ok(reply: String) {
+    assert_eq!(reply.trim(), "OK");
 }
