@@ -28,7 +28,7 @@ pub enum UserKey<'a> {
     Anonymous,
 }
 
-/// One request to check: who, which endpoint, and how many units it spends.
+/// One request to check: who, and which endpoint.
 ///
 /// ```
 /// use tiered_ratelimit::{CheckRequest, UserKey};
@@ -239,6 +239,9 @@ impl RateLimiter {
 
     /// Starts a builder, to set the clock or a store.
     pub fn builder(config: RateLimitConfig) -> RateLimiterBuilder {
+        // The system clock calibrates its counter on first use (under a millisecond): do it
+        // now rather than in the first request.
+        let _ = SystemClock.now();
         RateLimiterBuilder {
             config,
             clock: Arc::new(SystemClock),
@@ -262,6 +265,9 @@ impl RateLimiter {
     }
 
     /// Checks one request from `user` to `endpoint` (a route template), and records it if allowed.
+    ///
+    /// On memory the decision is made, and recorded, when this is called; the future is then
+    /// ready at once. On Redis it is made when the future is awaited.
     #[inline]
     pub fn check<'a>(
         &'a self,
