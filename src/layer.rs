@@ -16,6 +16,7 @@ use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
 
+use crate::client_ip::{ClientIpRule, IpNet, Proxies};
 use crate::config::RateLimitConfig;
 use crate::decision::Decision;
 use crate::limiter::{CheckRequest, RateLimiter, UserKey};
@@ -25,10 +26,13 @@ type PartsFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 /// Applies a [`RateLimiter`] to every request of the wrapped service.
 ///
 /// - **User:** the [`user_id`](Self::user_id) closure's answer; without one (no closure, or it
-///   returns `None`) the client IP from axum's `ConnectInfo<SocketAddr>` (or `MockConnectInfo`)
-///   stands in, under a key no user id can produce. With neither, the user tier is skipped for
-///   that request. Serve with `into_make_service_with_connect_info::<SocketAddr>()` to have the
-///   address.
+///   returns `None`) the client IP stands in, under a key no user id can produce: the peer
+///   from axum's `ConnectInfo<SocketAddr>` (or `MockConnectInfo`), or, behind
+///   [`trusted_proxies`](Self::trusted_proxies) / [`trusted_hops`](Self::trusted_hops), the
+///   rightmost untrusted `Forwarded` / `X-Forwarded-For` address; IPv6 grouped by
+///   [`ipv6_prefix`](Self::ipv6_prefix). With no peer address, the user tier is skipped for
+///   that request. Serve with `into_make_service_with_connect_info::<SocketAddr>()` to have
+///   the address.
 /// - **Endpoint:** axum's [`MatchedPath`](axum::extract::MatchedPath), the route *template*
 ///   (`/api/v1/items/{id}`), never the raw path. A request that matched no route (a 404 under
 ///   `Router::layer`, or this layer wrapped around a whole router from outside) uses one fixed
@@ -67,6 +71,7 @@ pub struct RateLimitLayer {
     limiter: RateLimiter,
     user_id: Option<PartsFn>,
     endpoint: Option<PartsFn>,
+    client_ip: Arc<ClientIpRule>,
 }
 
 impl fmt::Debug for RateLimitLayer {
@@ -75,6 +80,7 @@ impl fmt::Debug for RateLimitLayer {
             .field("limiter", &self.limiter)
             .field("user_id", &self.user_id.as_ref().map(|_| "closure"))
             .field("endpoint", &self.endpoint.as_ref().map(|_| "closure"))
+            .field("client_ip", &self.client_ip)
             .finish()
     }
 }
@@ -91,7 +97,46 @@ impl RateLimitLayer {
             limiter,
             user_id: None,
             endpoint: None,
+            client_ip: Arc::default(),
         }
+    }
+
+    /// Behind proxies in these networks, the client is the rightmost address of `Forwarded`
+    /// (or, without it, `X-Forwarded-For`) that is not one of them — never the leftmost, which
+    /// the client writes. Headers are ignored when the peer is not a trusted proxy.
+    ///
+    /// ```
+    /// # use tiered_ratelimit::{RateLimitConfig, RateLimitLayer, IpNet};
+    /// # let config = RateLimitConfig::builder().user_limit(5).build().unwrap();
+    /// let layer = RateLimitLayer::new(config).trusted_proxies([
+    ///     "10.0.0.0/8".parse::<IpNet>().unwrap(),
+    ///     "fd00::/8".parse().unwrap(),
+    /// ]);
+    /// ```
+    pub fn trusted_proxies(mut self, networks: impl IntoIterator<Item = IpNet>) -> Self {
+        Arc::make_mut(&mut self.client_ip).proxies =
+            Proxies::Networks(networks.into_iter().collect());
+        self
+    }
+
+    /// Behind exactly `hops` proxies (the peer being the last), the client is the address the
+    /// first of them appended: `hops` entries from the right of `Forwarded` /
+    /// `X-Forwarded-For`. 0 means no proxy (the default).
+    pub fn trusted_hops(mut self, hops: usize) -> Self {
+        Arc::make_mut(&mut self.client_ip).proxies = if hops == 0 {
+            Proxies::None
+        } else {
+            Proxies::Hops(hops)
+        };
+        self
+    }
+
+    /// IPv6 clients are grouped by this network prefix (default 64, at most 128): one bucket
+    /// per /64, since one client can pick any address in its own. IPv4-mapped IPv6 addresses
+    /// are treated as IPv4, one bucket per address.
+    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
+        Arc::make_mut(&mut self.client_ip).ipv6_prefix = bits.min(128);
+        self
     }
 
     /// How to find the user id in a request. `None` falls back to the client IP.
@@ -176,8 +221,9 @@ impl RateLimitLayer {
     }
 }
 
+/// The peer's address, from axum's `ConnectInfo` (or `MockConnectInfo`).
 #[cfg(feature = "axum")]
-fn client_ip(parts: &Parts) -> Option<IpAddr> {
+fn peer_ip(parts: &Parts) -> Option<IpAddr> {
     use axum::extract::connect_info::{ConnectInfo, MockConnectInfo};
     use std::net::SocketAddr;
     parts
@@ -193,7 +239,7 @@ fn client_ip(parts: &Parts) -> Option<IpAddr> {
 }
 
 #[cfg(not(feature = "axum"))]
-fn client_ip(_parts: &Parts) -> Option<IpAddr> {
+fn peer_ip(_parts: &Parts) -> Option<IpAddr> {
     None
 }
 
@@ -216,7 +262,7 @@ where
         let (parts, body) = request.into_parts();
         let user_id = self.layer.user_id.as_ref().and_then(|f| f(&parts));
         let ip = if user_id.is_none() {
-            client_ip(&parts)
+            peer_ip(&parts).map(|peer| self.layer.client_ip.client(&parts, peer))
         } else {
             None
         };

@@ -3,6 +3,7 @@
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
+mod client_ip;
 mod clock;
 pub mod config;
 mod decision;
@@ -12,6 +13,7 @@ mod layer;
 mod limiter;
 pub mod store;
 
+pub use crate::client_ip::{IpNet, ParseIpNetError};
 pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use crate::config::{
     ConfigError, RateLimitConfig, RateLimitConfigBuilder, RedisConfig, TimeSource,

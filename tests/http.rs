@@ -452,3 +452,109 @@ async fn post_and_get_on_one_route_share_its_endpoint_key() {
         StatusCode::TOO_MANY_REQUESTS
     );
 }
+
+async fn get_forwarded(
+    client: &reqwest::Client,
+    url: &str,
+    header: &str,
+    value: &str,
+) -> StatusCode {
+    client
+        .get(url)
+        .header(header, value)
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+#[tokio::test]
+async fn behind_trusted_proxies_the_rightmost_untrusted_address_is_the_client() {
+    let layer = RateLimitLayer::new(config(1, 0, 0)).trusted_proxies([
+        "127.0.0.0/8".parse().unwrap(),
+        "10.0.0.0/8".parse().unwrap(),
+    ]);
+    let base = serve(items_router().route_layer(layer), true).await;
+    let client = reqwest::Client::new();
+    let url = format!("{base}/api/v1/items");
+    let xff = "x-forwarded-for";
+    // The client spoofs the leftmost entry; the proxies appended 198.51.100.4 and 10.0.0.2.
+    assert_eq!(
+        get_forwarded(&client, &url, xff, "6.6.6.6, 198.51.100.4, 10.0.0.2").await,
+        StatusCode::OK
+    );
+    // Another spoofed leftmost entry does not make another client.
+    assert_eq!(
+        get_forwarded(&client, &url, xff, "7.7.7.7, 198.51.100.4, 10.0.0.2").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // A different real client does.
+    assert_eq!(
+        get_forwarded(&client, &url, xff, "198.51.100.5").await,
+        StatusCode::OK
+    );
+    // RFC 7239 Forwarded, with an IPv6 client and a port.
+    let fwd = "forwarded";
+    assert_eq!(
+        get_forwarded(&client, &url, fwd, "for=\"[2001:db8:1:2::a]:4711\"").await,
+        StatusCode::OK
+    );
+    // Same /64: the same client.
+    assert_eq!(
+        get_forwarded(&client, &url, fwd, "for=\"[2001:db8:1:2::b]\"").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // IPv4-mapped addresses are IPv4: two of them are two clients, not one ::ffff:0:0/64.
+    assert_eq!(
+        get_forwarded(&client, &url, xff, "::ffff:192.0.2.1").await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        get_forwarded(&client, &url, xff, "::ffff:192.0.2.2").await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        get_forwarded(&client, &url, xff, "192.0.2.1").await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "::ffff:192.0.2.1 is 192.0.2.1"
+    );
+}
+
+#[tokio::test]
+async fn forwarded_headers_from_an_untrusted_peer_are_ignored() {
+    // Only 10.0.0.0/8 is trusted; the peer is 127.0.0.1, so it is the client whatever it says.
+    let layer =
+        RateLimitLayer::new(config(1, 0, 0)).trusted_proxies(["10.0.0.0/8".parse().unwrap()]);
+    let base = serve(items_router().route_layer(layer), true).await;
+    let client = reqwest::Client::new();
+    let url = format!("{base}/api/v1/items");
+    assert_eq!(
+        get_forwarded(&client, &url, "x-forwarded-for", "198.51.100.4").await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        get_forwarded(&client, &url, "x-forwarded-for", "198.51.100.5").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn hop_count_picks_the_address_the_first_proxy_appended() {
+    let layer = RateLimitLayer::new(config(1, 0, 0)).trusted_hops(2);
+    let base = serve(items_router().route_layer(layer), true).await;
+    let client = reqwest::Client::new();
+    let url = format!("{base}/api/v1/items");
+    let xff = "x-forwarded-for";
+    assert_eq!(
+        get_forwarded(&client, &url, xff, "6.6.6.6, 198.51.100.4, 10.0.0.2").await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        get_forwarded(&client, &url, xff, "1.2.3.4, 198.51.100.4, 10.0.0.9").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        get_forwarded(&client, &url, xff, "6.6.6.6, 198.51.100.7, 10.0.0.2").await,
+        StatusCode::OK
+    );
+}

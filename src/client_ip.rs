@@ -1,0 +1,362 @@
+//! Which address stands for the client when a request carries no user id: the peer, or,
+//! behind trusted proxies, the rightmost untrusted address of `Forwarded` / `X-Forwarded-For`.
+//!
+//! The left end of those headers is written by the client and proves nothing; each trusted
+//! proxy appends the address it saw. So the chain (header entries, then the peer) is read from
+//! the right: trusted proxies are skipped, and the first address that is not one is the
+//! client. If the peer itself is not a trusted proxy, the headers are ignored altogether.
+//!
+//! IPv6 clients are grouped by network prefix (/64 by default: one customer's line or
+//! subnet), since a single client can pick among 2^64 addresses. IPv4-mapped IPv6 addresses
+//! (`::ffff:a.b.c.d`) are turned back into IPv4 first, so that they are never folded into one
+//! `::ffff:0:0/64` bucket (express-rate-limit's CVE-2026-30827).
+
+use std::fmt;
+use std::net::{IpAddr, Ipv6Addr};
+use std::str::FromStr;
+
+use http::request::Parts;
+
+/// A network: an address and a prefix length, written `10.0.0.0/8` or `fd00::/8` (a bare
+/// address means the single host).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IpNet {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+/// A network that could not be parsed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid network {0:?}: write an address with an optional prefix, like 10.0.0.0/8 or fd00::/8"
+)]
+pub struct ParseIpNetError(String);
+
+impl IpNet {
+    /// The network of `addr` with `prefix` bits (capped at 32 or 128).
+    pub fn new(addr: IpAddr, prefix: u8) -> Self {
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = prefix.min(max);
+        Self {
+            addr: mask(addr, prefix),
+            prefix,
+        }
+    }
+
+    /// Whether `ip` is in this network.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = canonical(ip);
+        ip.is_ipv4() == self.addr.is_ipv4() && mask(ip, self.prefix) == self.addr
+    }
+}
+
+impl FromStr for IpNet {
+    type Err = ParseIpNetError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = || ParseIpNetError(s.chars().take(64).collect());
+        let (addr, prefix) = match s.split_once('/') {
+            Some((addr, prefix)) => (addr, Some(prefix.parse::<u8>().map_err(|_| err())?)),
+            None => (s, None),
+        };
+        let addr = canonical(addr.trim().parse::<IpAddr>().map_err(|_| err())?);
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = prefix.unwrap_or(max);
+        if prefix > max {
+            return Err(err());
+        }
+        Ok(Self::new(addr, prefix))
+    }
+}
+
+impl fmt::Display for IpNet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+/// IPv4-mapped IPv6 addresses become IPv4; everything else is kept.
+pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+fn mask(ip: IpAddr, prefix: u8) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => {
+            let bits = u32::from(v4);
+            let m = if prefix == 0 {
+                0
+            } else {
+                u32::MAX << (32 - u32::from(prefix))
+            };
+            IpAddr::V4((bits & m).into())
+        }
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6);
+            let m = if prefix == 0 {
+                0
+            } else {
+                u128::MAX << (128 - u32::from(prefix))
+            };
+            IpAddr::V6(Ipv6Addr::from(bits & m))
+        }
+    }
+}
+
+/// Who is trusted to report the client's address.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Proxies {
+    /// Nobody: the peer is the client (the default).
+    #[default]
+    None,
+    /// Proxies in these networks.
+    Networks(Vec<IpNet>),
+    /// The last `n` hops of the chain (the peer included) are proxies.
+    Hops(usize),
+}
+
+/// How the layer finds the client's address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ClientIpRule {
+    pub(crate) proxies: Proxies,
+    pub(crate) ipv6_prefix: u8,
+}
+
+impl Default for ClientIpRule {
+    fn default() -> Self {
+        Self {
+            proxies: Proxies::None,
+            ipv6_prefix: 64,
+        }
+    }
+}
+
+impl ClientIpRule {
+    /// The client's address (grouped: IPv6 by prefix) for a request whose peer is `peer`.
+    pub(crate) fn client(&self, parts: &Parts, peer: IpAddr) -> IpAddr {
+        let peer = canonical(peer);
+        let client = match &self.proxies {
+            Proxies::None => peer,
+            Proxies::Networks(nets) => {
+                let trusted = |ip: IpAddr| nets.iter().any(|n| n.contains(ip));
+                if trusted(peer) {
+                    let mut chosen = peer;
+                    for hop in forwarded_chain(parts).into_iter().rev() {
+                        match hop {
+                            Some(ip) if trusted(ip) => chosen = ip,
+                            Some(ip) => {
+                                chosen = ip;
+                                break;
+                            }
+                            // An entry a trusted proxy could not have written: stop at the
+                            // last address that is known, so nothing can be spoofed past it.
+                            None => break,
+                        }
+                    }
+                    chosen
+                } else {
+                    peer
+                }
+            }
+            Proxies::Hops(n) => {
+                let chain = forwarded_chain(parts);
+                // chain + [peer]: the client is `n` entries left of the peer.
+                match chain.len().checked_sub(*n) {
+                    Some(i) if *n > 0 => chain[i].unwrap_or(peer),
+                    _ => peer,
+                }
+            }
+        };
+        match client {
+            IpAddr::V6(_) => mask(client, self.ipv6_prefix),
+            v4 => v4,
+        }
+    }
+}
+
+/// The addresses of `Forwarded` (if present) or else `X-Forwarded-For`, left to right, across
+/// every header line; `None` for an entry that is not an address.
+fn forwarded_chain(parts: &Parts) -> Vec<Option<IpAddr>> {
+    let forwarded = parts.headers.get_all(http::header::FORWARDED);
+    if forwarded.iter().next().is_some() {
+        return forwarded
+            .iter()
+            .flat_map(|v| v.to_str().unwrap_or("").split(','))
+            .map(|element| {
+                element
+                    .split(';')
+                    .find_map(|pair| {
+                        let (k, v) = pair.split_once('=')?;
+                        k.trim().eq_ignore_ascii_case("for").then_some(v)
+                    })
+                    .and_then(parse_node)
+            })
+            .collect();
+    }
+    parts
+        .headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .flat_map(|v| v.to_str().unwrap_or("").split(','))
+        .map(parse_node)
+        .collect()
+}
+
+/// An address as proxies write it: `192.0.2.1`, `192.0.2.1:4711`, `"[2001:db8::1]:4711"`,
+/// `2001:db8::1`.
+fn parse_node(node: &str) -> Option<IpAddr> {
+    let node = node.trim().trim_matches('"');
+    if let Ok(ip) = node.parse::<IpAddr>() {
+        return Some(canonical(ip));
+    }
+    if let Some(rest) = node.strip_prefix('[') {
+        let (ip, _) = rest.split_once(']')?;
+        return ip.parse::<IpAddr>().ok().map(canonical);
+    }
+    let (ip, port) = node.rsplit_once(':')?;
+    port.parse::<u16>().ok()?;
+    ip.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(headers: &[(&str, &str)]) -> Parts {
+        let mut b = http::Request::builder();
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(()).unwrap().into_parts().0
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn behind(nets: &[&str]) -> ClientIpRule {
+        ClientIpRule {
+            proxies: Proxies::Networks(nets.iter().map(|n| n.parse().unwrap()).collect()),
+            ipv6_prefix: 64,
+        }
+    }
+
+    #[test]
+    fn networks_parse_and_contain() {
+        let net: IpNet = "10.0.0.0/8".parse().unwrap();
+        assert!(net.contains(ip("10.1.2.3")));
+        assert!(!net.contains(ip("11.0.0.1")));
+        assert!(
+            net.contains(ip("::ffff:10.9.9.9")),
+            "mapped addresses are IPv4"
+        );
+        let host: IpNet = "192.0.2.7".parse().unwrap();
+        assert_eq!(host.to_string(), "192.0.2.7/32");
+        let v6: IpNet = "fd00::/8".parse().unwrap();
+        assert!(v6.contains(ip("fd12::1")));
+        assert!(!v6.contains(ip("10.0.0.1")));
+        for bad in ["", "10.0.0.0/33", "::/129", "nope", "10.0.0.0/x"] {
+            assert!(bad.parse::<IpNet>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn without_trusted_proxies_the_headers_are_ignored() {
+        let p = parts(&[("x-forwarded-for", "6.6.6.6")]);
+        assert_eq!(
+            ClientIpRule::default().client(&p, ip("203.0.113.9")),
+            ip("203.0.113.9")
+        );
+    }
+
+    #[test]
+    fn the_rightmost_untrusted_address_is_the_client() {
+        let rule = behind(&["10.0.0.0/8"]);
+        // The client wrote 6.6.6.6 itself; the edge proxy appended the real 198.51.100.4,
+        // an inner proxy 10.0.0.2; the peer is another proxy.
+        let p = parts(&[("x-forwarded-for", "6.6.6.6, 198.51.100.4, 10.0.0.2")]);
+        assert_eq!(rule.client(&p, ip("10.0.0.1")), ip("198.51.100.4"));
+        // Several header lines make one chain.
+        let p = parts(&[
+            ("x-forwarded-for", "6.6.6.6"),
+            ("x-forwarded-for", "198.51.100.4, 10.0.0.2"),
+        ]);
+        assert_eq!(rule.client(&p, ip("10.0.0.1")), ip("198.51.100.4"));
+    }
+
+    #[test]
+    fn an_untrusted_peer_is_the_client_whatever_it_claims() {
+        let rule = behind(&["10.0.0.0/8"]);
+        let p = parts(&[("x-forwarded-for", "10.0.0.3")]);
+        assert_eq!(rule.client(&p, ip("198.51.100.4")), ip("198.51.100.4"));
+    }
+
+    #[test]
+    fn forwarded_header_wins_and_is_parsed() {
+        let rule = behind(&["10.0.0.0/8"]);
+        let p = parts(&[
+            (
+                "forwarded",
+                "for=6.6.6.6;proto=http, for=\"[2001:db8:cafe::17]:4711\";by=10.0.0.9",
+            ),
+            ("x-forwarded-for", "7.7.7.7"),
+        ]);
+        assert_eq!(rule.client(&p, ip("10.0.0.1")), ip("2001:db8:cafe::"));
+        let p = parts(&[("forwarded", "for=192.0.2.60:8080")]);
+        assert_eq!(rule.client(&p, ip("10.0.0.1")), ip("192.0.2.60"));
+    }
+
+    #[test]
+    fn garbage_stops_the_walk_at_the_last_known_address() {
+        let rule = behind(&["10.0.0.0/8"]);
+        let p = parts(&[("x-forwarded-for", "1.1.1.1, not-an-ip, 10.0.0.2")]);
+        assert_eq!(rule.client(&p, ip("10.0.0.1")), ip("10.0.0.2"));
+    }
+
+    #[test]
+    fn hop_count() {
+        let rule = ClientIpRule {
+            proxies: Proxies::Hops(2),
+            ipv6_prefix: 64,
+        };
+        let p = parts(&[("x-forwarded-for", "6.6.6.6, 198.51.100.4, 10.0.0.2")]);
+        assert_eq!(rule.client(&p, ip("10.0.0.1")), ip("198.51.100.4"));
+        // Fewer entries than proxies: the chain is not what the proxies write; the peer (a
+        // proxy) stands in, which can be strict but never spoofed.
+        let short = parts(&[("x-forwarded-for", "198.51.100.4")]);
+        assert_eq!(rule.client(&short, ip("10.0.0.1")), ip("10.0.0.1"));
+        let none = parts(&[]);
+        assert_eq!(rule.client(&none, ip("10.0.0.1")), ip("10.0.0.1"));
+    }
+
+    #[test]
+    fn ipv6_is_grouped_by_prefix_and_mapped_ipv4_is_not_folded() {
+        let rule = ClientIpRule::default();
+        let p = parts(&[]);
+        assert_eq!(
+            rule.client(&p, ip("2001:db8:1:2:aaaa::1")),
+            rule.client(&p, ip("2001:db8:1:2:bbbb::2"))
+        );
+        assert_ne!(
+            rule.client(&p, ip("2001:db8:1:2::1")),
+            rule.client(&p, ip("2001:db8:1:3::1"))
+        );
+        // ::ffff:1.2.3.4 and ::ffff:5.6.7.8 share a /64 as IPv6: they must not share a bucket.
+        assert_eq!(rule.client(&p, ip("::ffff:1.2.3.4")), ip("1.2.3.4"));
+        assert_ne!(
+            rule.client(&p, ip("::ffff:1.2.3.4")),
+            rule.client(&p, ip("::ffff:5.6.7.8"))
+        );
+        let wide = ClientIpRule {
+            proxies: Proxies::None,
+            ipv6_prefix: 48,
+        };
+        assert_eq!(
+            wide.client(&p, ip("2001:db8:1:2::1")),
+            wide.client(&p, ip("2001:db8:1:3::1"))
+        );
+    }
+}
