@@ -17,12 +17,13 @@ use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
-use tiered_ratelimit::{parse_duration, RateLimitConfig, RateLimitLayer, RateLimiter};
+use tiered_ratelimit::{parse_duration, IpNet, RateLimitConfig, RateLimitLayer, RateLimiter};
 use tokio::io::AsyncWriteExt;
 
 const USAGE: &str = "\
 usage: server [--listen ADDR] [--window DURATION] [--user-limit N] [--endpoint-limit N]
               [--global-limit N] [--redis URL] [--redis-timeout DURATION]
+              [--trusted-proxy CIDR]...
 
   --listen ADDR              address to serve on (default 127.0.0.1:3000; port 0 takes a free one)
   --window DURATION          sliding window, e.g. 60s, 1500ms, 1m (default 60s)
@@ -31,11 +32,14 @@ usage: server [--listen ADDR] [--window DURATION] [--user-limit N] [--endpoint-l
   --global-limit N           requests in all per window, 0 = off (default 1000)
   --redis URL                share limits through Redis (default: in memory)
   --redis-timeout DURATION   longest wait on Redis before falling back to memory (default 100ms)
+  --trusted-proxy CIDR       a proxy network whose X-Forwarded-For / Forwarded entries are
+                             believed (repeatable; default: none, the peer is the client)
 ";
 
 struct Args {
     listen: SocketAddr,
     config: RateLimitConfig,
+    trusted_proxies: Vec<IpNet>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -45,6 +49,7 @@ fn parse_args() -> Result<Args, String> {
         .user_limit(50)
         .endpoint_limit(100)
         .global_limit(1000);
+    let mut trusted_proxies = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "-h" || flag == "--help" {
@@ -70,6 +75,10 @@ fn parse_args() -> Result<Args, String> {
             "--endpoint-limit" => builder.endpoint_limit(number(&value)?),
             "--global-limit" => builder.global_limit(number(&value)?),
             "--redis" => builder.redis_url(value),
+            "--trusted-proxy" => {
+                trusted_proxies.push(value.parse().map_err(|e| format!("--trusted-proxy: {e}"))?);
+                builder
+            }
             "--redis-timeout" => builder.redis_command_timeout(
                 parse_duration(&value).map_err(|e| format!("--redis-timeout: {e}"))?,
             ),
@@ -79,17 +88,24 @@ fn parse_args() -> Result<Args, String> {
     let config = builder
         .build()
         .map_err(|e| format!("invalid settings: {e}"))?;
-    Ok(Args { listen, config })
+    Ok(Args {
+        listen,
+        config,
+        trusted_proxies,
+    })
 }
 
-fn app(limiter: RateLimiter) -> Router {
+fn app(limiter: RateLimiter, trusted_proxies: Vec<IpNet>) -> Router {
+    let layer = RateLimitLayer::from_limiter(limiter)
+        .user_id(|parts| {
+            let id = parts.headers.get("x-user-id")?.to_str().ok()?;
+            (!id.is_empty()).then(|| id.to_owned())
+        })
+        .trusted_proxies(trusted_proxies);
     let api = Router::new()
         .route("/api/v1/items", get(list_items).post(create_item))
         .route("/api/v1/items/{id}", get(get_item))
-        .route_layer(RateLimitLayer::from_limiter(limiter).user_id(|parts| {
-            let id = parts.headers.get("x-user-id")?.to_str().ok()?;
-            (!id.is_empty()).then(|| id.to_owned())
-        }));
+        .route_layer(layer);
     Router::new()
         .route("/health", get(|| async { "ok" }))
         .merge(api)
@@ -170,7 +186,8 @@ async fn main() -> ExitCode {
         .write_all(format!("listening on {addr}\n").as_bytes())
         .await;
     let _ = stdout.flush().await;
-    let service = app(limiter).into_make_service_with_connect_info::<SocketAddr>();
+    let service =
+        app(limiter, args.trusted_proxies).into_make_service_with_connect_info::<SocketAddr>();
     if let Err(e) = axum::serve(listener, service)
         .with_graceful_shutdown(shutdown_signal())
         .await

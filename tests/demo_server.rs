@@ -194,3 +194,29 @@ async fn the_server_keeps_answering_when_its_redis_dies() {
     // Memory starts empty after the fallback: three more, then 429s.
     assert_eq!(statuses, [200, 200, 200, 429, 429]);
 }
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_the_forwarded_client_is_limited() {
+    let demo = Demo::start(&["--user-limit", "2", "--trusted-proxy", "127.0.0.0/8"]);
+    let client = reqwest::Client::new();
+    let get = |xff: &'static str| {
+        client
+            .get(demo.url("/api/v1/items"))
+            .header("x-forwarded-for", xff)
+            .send()
+    };
+    assert_eq!(
+        get("6.6.6.6, 198.51.100.4").await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        get("7.7.7.7, 198.51.100.4").await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        get("8.8.8.8, 198.51.100.4").await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "spoofing the leftmost entry does not help"
+    );
+    assert_eq!(get("198.51.100.5").await.unwrap().status(), StatusCode::OK);
+}
