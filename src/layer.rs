@@ -268,9 +268,16 @@ where
         };
         let endpoint = self.layer.endpoint_of(&parts);
         let request = Request::from_parts(parts, body);
+        let span = tracing::debug_span!(
+            "rate_limit",
+            tier = tracing::field::Empty,
+            decision = tracing::field::Empty
+        );
         // In memory the decision is made here and now: no boxed future, no service clone.
         let check = CheckRequest::new(user_key(&user_id, ip), endpoint.as_str());
-        if let Some(decision) = self.layer.limiter.check_now(check) {
+        let decided = span.in_scope(|| self.layer.limiter.check_now(check));
+        if let Some(decision) = decided {
+            record_on(&span, &decision);
             if !decision.allowed() {
                 return ResponseFuture::rejected(too_many_requests(&decision));
             }
@@ -281,17 +288,26 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let limiter = self.layer.limiter.clone();
-        ResponseFuture::waiting(Box::pin(async move {
+        let recorder = span.clone();
+        let future = async move {
             let decision = limiter
                 .check_request(CheckRequest::new(user_key(&user_id, ip), endpoint.as_str()))
                 .await;
+            record_on(&recorder, &decision);
             if !decision.allowed() {
                 return Ok(too_many_requests(&decision));
             }
             let response = inner.call(request).await?;
             Ok(with_headers(response, &decision))
-        }))
+        };
+        ResponseFuture::waiting(Box::pin(tracing::Instrument::instrument(future, span)))
     }
+}
+
+fn record_on(span: &tracing::Span, decision: &Decision) {
+    let (d, tier) = crate::observe::labels(decision);
+    span.record("decision", d);
+    span.record("tier", tier);
 }
 
 fn user_key(user_id: &Option<String>, ip: Option<IpAddr>) -> UserKey<'_> {

@@ -11,6 +11,7 @@ mod duration;
 pub mod key;
 mod layer;
 mod limiter;
+pub mod observe;
 pub mod store;
 
 pub use crate::client_ip::{IpNet, ParseIpNetError};

@@ -13,6 +13,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::RateLimitConfig;
 use crate::decision::{Decision, Tier};
 use crate::key::{encode_id, encode_ip, UNMATCHED_ENDPOINT};
+use crate::observe;
 use crate::store::{
     Backend, DynStore, MemoryStore, Store, StoreError, StoreOutcome, StoreRequest, TierCheck,
 };
@@ -124,12 +125,13 @@ impl<'a> Keys<'a> {
 
 /// The decision for a store's answer; a failing store lets the request through.
 #[inline]
-fn decide(outcome: Result<StoreOutcome, StoreError>) -> Decision {
+fn decide(outcome: Result<StoreOutcome, StoreError>, backend: &'static str) -> Decision {
     match outcome {
         Ok(StoreOutcome::Admitted { remaining }) => Decision::admit(remaining),
         Ok(StoreOutcome::Denied { tier, retry_after }) => Decision::deny(tier, retry_after),
         Err(error) => {
-            tracing::error!(%error, "rate limit store failed; request let through");
+            observe::store_error(backend);
+            tracing::error!(%error, backend, "rate limit store failed; request let through");
             Decision::admit(0)
         }
     }
@@ -305,9 +307,11 @@ impl RateLimiter {
         let config = &self.inner.config;
         let keys = Keys::new(config, request);
         let decision = keys.with_request(self.inner.clock.now(), config, |req| {
-            decide(store.check_sync(req))
+            decide(store.check_sync(req), "memory")
         });
-        Some(decision.unwrap_or_else(Decision::unlimited))
+        let decision = decision.unwrap_or_else(Decision::unlimited);
+        observe::record(&decision);
+        Some(decision)
     }
 
     async fn check_remote(&self, request: CheckRequest<'_>) -> Decision {
@@ -323,12 +327,17 @@ impl RateLimiter {
             cost: 1,
             tiers: &tiers[..n],
         };
-        decide(match &self.inner.store {
-            StoreKind::Memory(store) => store.check_sync(&store_request),
+        let started = std::time::Instant::now();
+        let (outcome, backend) = match &self.inner.store {
+            StoreKind::Memory(store) => (store.check_sync(&store_request), "memory"),
             #[cfg(feature = "redis")]
-            StoreKind::Redis(store) => store.check_or_fallback(&store_request).await,
-            StoreKind::Custom(store) => store.check(&store_request).await,
-        })
+            StoreKind::Redis(store) => (store.check_or_fallback(&store_request).await, "redis"),
+            StoreKind::Custom(store) => (store.check(&store_request).await, "custom"),
+        };
+        observe::store_duration(backend, started.elapsed().as_secs_f64());
+        let decision = decide(outcome, backend);
+        observe::record(&decision);
+        decision
     }
 
     /// Forgets everything recorded for `user` (to lift a block by hand).

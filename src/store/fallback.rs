@@ -63,6 +63,7 @@ impl FallbackStore {
     }
 
     fn fall_back(&self, error: &StoreError) {
+        crate::observe::store_error("redis");
         let current = self.active.load_full();
         if !matches!(*current, Active::Redis(_)) {
             return;
@@ -70,6 +71,7 @@ impl FallbackStore {
         let memory = Arc::new(Active::Memory);
         let previous = self.active.compare_and_swap(&current, memory);
         if Arc::ptr_eq(&previous, &current) {
+            crate::observe::fallback();
             tracing::warn!(
                 %error,
                 "Redis failed: rate limiting falls back to in-memory state for good"

@@ -1,0 +1,193 @@
+//! Metrics and tracing, observed from outside: a metrics recorder installed for this whole test
+//! binary (so everything lives in one test), and a tracing subscriber writing to a buffer.
+#![cfg(all(feature = "redis", feature = "axum"))]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::routing::get;
+use axum::Router;
+use common::{free_port, limits, RedisServer};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use tiered_ratelimit::observe::{
+    CHECKS_TOTAL, FALLBACKS_TOTAL, STORE_DURATION_SECONDS, STORE_ERRORS_TOTAL,
+};
+use tiered_ratelimit::{Backend, RateLimitLayer, RateLimiter};
+use tower::ServiceExt;
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+type Snap = Vec<(
+    metrics_util::CompositeKey,
+    Option<metrics::Unit>,
+    Option<metrics::SharedString>,
+    DebugValue,
+)>;
+
+/// What was recorded since the last snapshot (taking one resets the recorder's values).
+fn snap(s: &Snapshotter) -> Snap {
+    s.snapshot().into_vec()
+}
+
+/// The counter `name` with exactly these labels (0 if never incremented).
+fn counter(s: &Snap, name: &str, labels: &[(&str, &str)]) -> u64 {
+    s.iter()
+        .find_map(|(key, _, _, value)| {
+            let k = key.key();
+            let same = k.name() == name
+                && k.labels().count() == labels.len()
+                && labels
+                    .iter()
+                    .all(|(n, v)| k.labels().any(|l| l.key() == *n && l.value() == *v));
+            match (same, value) {
+                (true, DebugValue::Counter(n)) => Some(*n),
+                _ => None,
+            }
+        })
+        .unwrap_or(0)
+}
+
+fn histogram_samples(s: &Snap, name: &str, backend: &str) -> usize {
+    s.iter()
+        .filter(|(key, ..)| {
+            key.key().name() == name && key.key().labels().any(|l| l.value() == backend)
+        })
+        .map(|(_, _, _, value)| match value {
+            DebugValue::Histogram(samples) => samples.len(),
+            _ => 0,
+        })
+        .sum()
+}
+
+#[derive(Clone, Default)]
+struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Buffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_spans_report_decisions_fallbacks_and_store_latency() {
+    let recorder = DebuggingRecorder::new();
+    let s = recorder.snapshotter();
+    recorder
+        .install()
+        .expect("the only recorder of this binary");
+    let logs = Buffer::default();
+    let writer = logs.clone();
+    tracing_subscriber::fmt()
+        .with_env_filter("tiered_ratelimit=debug")
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .init();
+
+    // Decisions, by tier.
+    let memory = RateLimiter::new(limits(1, 0, 0, MINUTE).build().unwrap());
+    assert!(memory.check("m", "/").await.allowed());
+    assert!(!memory.check("m", "/").await.allowed());
+    assert!(!memory.check("m", "/").await.allowed());
+    let m = snap(&s);
+    assert_eq!(
+        counter(
+            &m,
+            CHECKS_TOTAL,
+            &[("decision", "allowed"), ("tier", "none")]
+        ),
+        1
+    );
+    assert_eq!(
+        counter(
+            &m,
+            CHECKS_TOTAL,
+            &[("decision", "denied"), ("tier", "user")]
+        ),
+        2
+    );
+    assert_eq!(
+        histogram_samples(&m, STORE_DURATION_SECONDS, "memory"),
+        0,
+        "memory is not timed"
+    );
+
+    // Redis: store latency.
+    let server = RedisServer::start();
+    let redis = RateLimiter::connect(
+        limits(5, 0, 0, MINUTE)
+            .redis_url(server.url())
+            .build()
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(redis.backend(), Backend::Redis);
+    for _ in 0..3 {
+        assert!(redis.check("r", "/").await.allowed());
+    }
+    let m = snap(&s);
+    assert_eq!(histogram_samples(&m, STORE_DURATION_SECONDS, "redis"), 3);
+    assert_eq!(
+        counter(
+            &m,
+            CHECKS_TOTAL,
+            &[("decision", "allowed"), ("tier", "none")]
+        ),
+        3
+    );
+    assert_eq!(counter(&m, FALLBACKS_TOTAL, &[]), 0);
+
+    // A fallback: counted once, with the error that caused it.
+    drop(server);
+    assert!(redis.check("r", "/").await.allowed());
+    assert!(redis.check("r", "/").await.allowed());
+    assert_eq!(redis.backend(), Backend::Memory);
+    let m = snap(&s);
+    assert_eq!(counter(&m, FALLBACKS_TOTAL, &[]), 1);
+    assert!(counter(&m, STORE_ERRORS_TOTAL, &[("backend", "redis")]) >= 1);
+    // Redis absent at start: a second limiter, a second fallback.
+    let absent = RateLimiter::connect(
+        limits(5, 0, 0, MINUTE)
+            .redis_url(format!("redis://127.0.0.1:{}", free_port()))
+            .build()
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(absent.backend(), Backend::Memory);
+    assert_eq!(counter(&snap(&s), FALLBACKS_TOTAL, &[]), 1);
+
+    // The layer's span carries the tier and the decision.
+    let app = Router::new()
+        .route("/x", get(|| async { "x" }))
+        .route_layer(RateLimitLayer::new(
+            limits(0, 1, 0, MINUTE).build().unwrap(),
+        ));
+    let request = || http::Request::get("/x").body(Body::empty()).unwrap();
+    assert_eq!(app.clone().oneshot(request()).await.unwrap().status(), 200);
+    assert_eq!(app.oneshot(request()).await.unwrap().status(), 429);
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let spans: Vec<&str> = text.lines().filter(|l| l.contains("rate_limit{")).collect();
+    assert!(
+        spans
+            .iter()
+            .any(|l| l.contains("tier=\"none\"") && l.contains("decision=\"allowed\"")),
+        "{text}"
+    );
+    assert!(
+        spans
+            .iter()
+            .any(|l| l.contains("tier=\"endpoint\"") && l.contains("decision=\"denied\"")),
+        "{text}"
+    );
+    assert!(
+        text.contains("falls back to in-memory state for good"),
+        "{text}"
+    );
+}
