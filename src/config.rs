@@ -63,6 +63,30 @@ pub struct RedisConfig {
     /// Treat the URL as a Redis Cluster even without a `redis-cluster://` scheme.
     #[serde(default)]
     pub cluster: bool,
+    /// Opt-in: after a fallback, re-probe Redis and switch back when it answers. `None` (the
+    /// default): the fallback is for good.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<Recovery>,
+}
+
+/// How a limiter that fell back to memory re-probes Redis (opt-in).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Recovery {
+    /// The wait before the first probe; doubled after each failed probe.
+    #[serde(with = "duration::serde_duration", default = "default_initial_backoff")]
+    pub initial_backoff: Duration,
+    /// The longest wait between probes.
+    #[serde(with = "duration::serde_duration", default = "default_max_backoff")]
+    pub max_backoff: Duration,
+}
+
+fn default_initial_backoff() -> Duration {
+    Duration::from_secs(1)
+}
+
+fn default_max_backoff() -> Duration {
+    Duration::from_secs(30)
 }
 
 fn default_command_timeout() -> Duration {
@@ -241,7 +265,18 @@ impl RateLimitConfigBuilder {
             connect_timeout: default_connect_timeout(),
             time_source: TimeSource::App,
             cluster: false,
+            recovery: None,
         })
+    }
+
+    /// Opt-in: after a fallback to memory, re-probe Redis (first after `initial_backoff`, then
+    /// doubling up to `max_backoff`) and switch back when it answers.
+    pub fn redis_recovery(mut self, initial_backoff: Duration, max_backoff: Duration) -> Self {
+        self.redis_mut().recovery = Some(Recovery {
+            initial_backoff,
+            max_backoff,
+        });
+        self
     }
 
     /// Treat the Redis URL as a Redis Cluster (also implied by `redis-cluster://` URLs and by
@@ -288,6 +323,9 @@ pub enum ConfigError {
     /// A Redis timeout is zero.
     #[error("{0}: must be greater than zero")]
     ZeroTimeout(&'static str),
+    /// The recovery's longest backoff is shorter than its first.
+    #[error("redis.recovery.max_backoff: must be at least redis.recovery.initial_backoff")]
+    BackoffBelowInitial,
     /// A Redis URL was given but the crate was built without the `redis` feature.
     #[error("redis.url: this build of tiered-ratelimit has no `redis` feature")]
     RedisFeatureDisabled,
@@ -303,6 +341,7 @@ impl ConfigError {
             Self::ZeroMaxTrackedKeys => "max_tracked_keys",
             Self::InvalidRedisUrl(_) | Self::RedisFeatureDisabled => "redis.url",
             Self::ZeroTimeout(field) => field,
+            Self::BackoffBelowInitial => "redis.recovery.max_backoff",
         }
     }
 }
@@ -412,6 +451,14 @@ fn validate_redis(redis: &RedisConfig) -> Result<(), ConfigError> {
     }
     if redis.connect_timeout.is_zero() {
         return Err(ConfigError::ZeroTimeout("redis.connect_timeout"));
+    }
+    if let Some(recovery) = &redis.recovery {
+        if recovery.initial_backoff.is_zero() {
+            return Err(ConfigError::ZeroTimeout("redis.recovery.initial_backoff"));
+        }
+        if recovery.max_backoff < recovery.initial_backoff {
+            return Err(ConfigError::BackoffBelowInitial);
+        }
     }
     if redis.url.is_empty() {
         return Err(ConfigError::InvalidRedisUrl("must not be empty".to_owned()));

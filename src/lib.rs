@@ -17,7 +17,7 @@ pub mod store;
 pub use crate::client_ip::{IpNet, ParseIpNetError};
 pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use crate::config::{
-    ConfigError, RateLimitConfig, RateLimitConfigBuilder, RedisConfig, TimeSource,
+    ConfigError, RateLimitConfig, RateLimitConfigBuilder, Recovery, RedisConfig, TimeSource,
 };
 pub use crate::decision::{Decision, Tier, X_RATELIMIT_REMAINING};
 pub use crate::duration::{parse_duration, ParseDurationError};

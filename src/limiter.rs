@@ -248,6 +248,7 @@ impl RateLimiter {
             config,
             clock: Arc::new(SystemClock),
             store: None,
+            listener: None,
         }
     }
 
@@ -369,6 +370,7 @@ pub struct RateLimiterBuilder {
     config: RateLimitConfig,
     clock: Arc<dyn Clock>,
     store: Option<StoreKind>,
+    listener: Option<Arc<dyn Fn(Backend) + Send + Sync>>,
 }
 
 impl fmt::Debug for RateLimiterBuilder {
@@ -392,6 +394,14 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// Call `listener` with the new backend whenever the limiter switches: to memory on a Redis
+    /// failure, back to Redis on recovery (see [`RedisConfig::recovery`](crate::RedisConfig)).
+    /// It runs on the task that switched: keep it short.
+    pub fn on_backend_change(mut self, listener: impl Fn(Backend) + Send + Sync + 'static) -> Self {
+        self.listener = Some(Arc::new(listener));
+        self
+    }
+
     /// Use your own [`Store`].
     pub fn store(mut self, store: impl Store) -> Self {
         self.store = Some(StoreKind::Custom(Box::new(store)));
@@ -402,7 +412,7 @@ impl RateLimiterBuilder {
     pub fn build(self) -> RateLimiter {
         let store = match self.store {
             Some(store) => store,
-            None => default_store(&self.config, &self.clock),
+            None => default_store(&self.config, self.listener),
         };
         RateLimiter {
             inner: Arc::new(Inner {
@@ -414,12 +424,19 @@ impl RateLimiterBuilder {
     }
 }
 
-fn default_store(config: &RateLimitConfig, _clock: &Arc<dyn Clock>) -> StoreKind {
+fn default_store(
+    config: &RateLimitConfig,
+    #[cfg_attr(not(feature = "redis"), allow(unused_variables))] listener: Option<
+        Arc<dyn Fn(Backend) + Send + Sync>,
+    >,
+) -> StoreKind {
     #[cfg(feature = "redis")]
     if let Some(redis) = config.redis() {
-        return StoreKind::Redis(crate::store::FallbackStore::new(
-            crate::store::RedisStore::new(config.key_prefix(), redis),
-            MemoryStore::with_max_keys(config.max_tracked_keys()),
+        return StoreKind::Redis(crate::store::FallbackStore::with_listener(
+            config.key_prefix(),
+            redis,
+            config.max_tracked_keys(),
+            listener,
         ));
     }
     StoreKind::Memory(MemoryStore::with_max_keys(config.max_tracked_keys()))

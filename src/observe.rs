@@ -7,7 +7,8 @@
 //! |---|---|---|---|
 //! | `tiered_ratelimit_checks_total` | counter | `decision` = `allowed` \| `denied`, `tier` = `user` \| `endpoint` \| `global` \| `none` | every decision; `tier` is the blocking tier (`none` when allowed) |
 //! | `tiered_ratelimit_store_errors_total` | counter | `backend` = `redis` \| `custom` | store calls that failed (Redis: each one also starts the fallback, if not done yet) |
-//! | `tiered_ratelimit_fallbacks_total` | counter | | swaps from Redis to memory (at most one per limiter) |
+//! | `tiered_ratelimit_fallbacks_total` | counter | | swaps from Redis to memory (at most one per limiter, unless recovery is on) |
+//! | `tiered_ratelimit_recoveries_total` | counter | | swaps back from memory to Redis (opt-in recovery) |
 //! | `tiered_ratelimit_store_duration_seconds` | histogram | `backend` = `redis` \| `custom` | how long a store that waits took to answer (a memory check takes ~100 ns and is not timed) |
 //!
 //! `tracing`: the layer opens a `rate_limit` span (level DEBUG) around each check, with the
@@ -21,6 +22,8 @@ pub const CHECKS_TOTAL: &str = "tiered_ratelimit_checks_total";
 pub const STORE_ERRORS_TOTAL: &str = "tiered_ratelimit_store_errors_total";
 /// Counter of swaps from Redis to memory.
 pub const FALLBACKS_TOTAL: &str = "tiered_ratelimit_fallbacks_total";
+/// Counter of swaps back from memory to Redis.
+pub const RECOVERIES_TOTAL: &str = "tiered_ratelimit_recoveries_total";
 /// Histogram of the latency of stores that wait: label `backend`.
 pub const STORE_DURATION_SECONDS: &str = "tiered_ratelimit_store_duration_seconds";
 
@@ -47,4 +50,8 @@ pub(crate) fn fallback() {
 
 pub(crate) fn store_duration(backend: &'static str, seconds: f64) {
     metrics::histogram!(STORE_DURATION_SECONDS, "backend" => backend).record(seconds);
+}
+
+pub(crate) fn recovered() {
+    metrics::counter!(RECOVERIES_TOTAL).increment(1);
 }

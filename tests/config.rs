@@ -668,3 +668,39 @@ fn manual_clock_advance_saturates_instead_of_wrapping() {
     clock.advance(Duration::from_secs(1));
     assert_eq!(clock.now(), Duration::from_micros(u64::MAX));
 }
+
+#[test]
+fn redis_recovery_is_opt_in_and_validated() {
+    let toml_text = r#"
+        window = "60s"
+        user_limit = 5
+        [redis]
+        url = "redis://127.0.0.1:6379"
+        recovery = { initial_backoff = "500ms", max_backoff = "30s" }
+    "#;
+    let config: RateLimitConfig = toml::from_str(toml_text).unwrap();
+    let recovery = config.redis().unwrap().recovery.unwrap();
+    assert_eq!(recovery.initial_backoff, Duration::from_millis(500));
+    assert_eq!(recovery.max_backoff, Duration::from_secs(30));
+    let plain: RateLimitConfig =
+        toml::from_str("window = \"60s\"\n[redis]\nurl = \"redis://127.0.0.1:6379\"\n").unwrap();
+    assert_eq!(
+        plain.redis().unwrap().recovery,
+        None,
+        "once for good by default"
+    );
+
+    let e = RateLimitConfig::builder()
+        .redis_url("redis://127.0.0.1:6379")
+        .redis_recovery(Duration::ZERO, Duration::from_secs(1))
+        .build()
+        .unwrap_err();
+    assert_eq!(e.field(), "redis.recovery.initial_backoff");
+    let e = RateLimitConfig::builder()
+        .redis_url("redis://127.0.0.1:6379")
+        .redis_recovery(Duration::from_secs(2), Duration::from_secs(1))
+        .build()
+        .unwrap_err();
+    assert_eq!(e, ConfigError::BackoffBelowInitial);
+    assert_eq!(e.field(), "redis.recovery.max_backoff");
+}

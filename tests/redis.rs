@@ -414,3 +414,92 @@ async fn key_prefix_is_used_and_other_prefixes_are_untouched() {
         "not ours"
     );
 }
+
+/// Polls `f` every 10 ms for at most `limit` of real time (recovery is real I/O).
+async fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    f()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opt_in_recovery_switches_back_to_redis_and_tells_the_listener() {
+    let mut server = RedisServer::start();
+    let config = limits(3, 0, 0, MINUTE)
+        .redis_url(server.url())
+        .redis_command_timeout(TIMEOUT)
+        .redis_recovery(Duration::from_millis(50), Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let changes = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = changes.clone();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let limiter = RateLimiter::builder(config)
+        .clock(clock.clone())
+        .on_backend_change(move |b| seen.lock().unwrap().push(b))
+        .build();
+    limiter.wait_connected().await;
+    assert_eq!(limiter.backend(), Backend::Redis);
+    assert!(limiter.check("u", "/").await.allowed());
+
+    server.kill();
+    assert!(
+        limiter.check("u", "/").await.allowed(),
+        "answered from memory"
+    );
+    assert_eq!(limiter.backend(), Backend::Memory);
+    assert_eq!(*changes.lock().unwrap(), [Backend::Memory]);
+
+    // Redis comes back (empty: it keeps nothing on disk): the probe switches back.
+    server.restart();
+    let back = eventually(Duration::from_secs(10), || {
+        limiter.backend() == Backend::Redis
+    })
+    .await;
+    assert!(back, "switched back to Redis");
+    assert_eq!(*changes.lock().unwrap(), [Backend::Memory, Backend::Redis]);
+    let before = server.command_calls("evalsha");
+    for _ in 0..3 {
+        assert!(limiter.check("u", "/").await.allowed());
+    }
+    assert!(
+        !limiter.check("u", "/").await.allowed(),
+        "the limit holds on Redis again"
+    );
+    assert_eq!(server.command_calls("evalsha") - before, 4);
+
+    // And a second failure falls back again, to a fresh memory store. ("u" is still denied
+    // from the local cache of Redis's last answer, without a call: another user meets it.)
+    server.kill();
+    assert!(!limiter.check("u", "/").await.allowed());
+    assert!(limiter.check("v", "/").await.allowed());
+    assert_eq!(limiter.backend(), Backend::Memory);
+    assert_eq!(
+        *changes.lock().unwrap(),
+        [Backend::Memory, Backend::Redis, Backend::Memory]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_recovery_the_fallback_is_for_good_even_when_redis_returns() {
+    let mut server = RedisServer::start();
+    let changes = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = changes.clone();
+    let limiter = RateLimiter::builder(redis_config(&server, 3, 0, 0))
+        .on_backend_change(move |b| seen.lock().unwrap().push(b))
+        .build();
+    limiter.wait_connected().await;
+    server.kill();
+    assert!(limiter.check("u", "/").await.allowed());
+    server.restart();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(limiter.check("u", "/").await.allowed());
+    assert_eq!(limiter.backend(), Backend::Memory);
+    assert_eq!(*changes.lock().unwrap(), [Backend::Memory]);
+    assert_eq!(server.command_calls("evalsha"), 0);
+}

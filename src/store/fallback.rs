@@ -1,21 +1,27 @@
-//! Redis first; at its first failure, one atomic swap to memory for good.
+//! Redis first; at its first failure, one atomic swap to memory — for good, or (opt-in) until
+//! a re-probe finds Redis answering again.
 
+use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
 use super::{Backend, MemoryStore, RedisStore, Store, StoreError, StoreOutcome, StoreRequest};
+use crate::config::RedisConfig;
 use crate::decision::Tier;
 
-#[derive(Debug)]
+/// Called with the new backend on every switch.
+pub type BackendListener = Arc<dyn Fn(Backend) + Send + Sync>;
+
 enum Active {
     Redis(RedisStore),
-    Memory,
+    /// A fresh memory store for each fallback.
+    Memory(MemoryStore),
 }
 
-/// A [`RedisStore`] that, at its first failure, is swapped for a [`MemoryStore`] for the rest of
-/// the store's life.
+/// A [`RedisStore`] that, at its first failure, is swapped for an empty [`MemoryStore`].
 ///
 /// - Redis unreachable at start, or any error or timeout in a check: the first request to meet
 ///   it swaps the store (one compare-and-swap, so exactly once however many requests fail at
@@ -23,27 +29,65 @@ enum Active {
 /// - No request waits on Redis longer than the command timeout (connecting included).
 /// - The memory store starts empty: what Redis had counted is not carried over, so for one
 ///   window each instance enforces the limits on its own traffic only.
-#[derive(Debug)]
+/// - By default the swap is for good. With [`RedisConfig::recovery`] set, a background task
+///   re-probes Redis (a new connection, with exponential backoff) and swaps back once it
+///   answers; a later failure falls back again, to a fresh memory store.
 pub struct FallbackStore {
-    active: ArcSwap<Active>,
-    memory: MemoryStore,
-    redis: RedisStore,
+    /// Shared with a recovery probe, which holds it weakly.
+    active: Arc<ArcSwap<Active>>,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    prefix: String,
+    redis: RedisConfig,
+    max_keys: usize,
+    listener: Option<BackendListener>,
+}
+
+impl fmt::Debug for FallbackStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FallbackStore")
+            .field("backend", &Store::backend(self))
+            .field("recovery", &self.shared.redis.recovery)
+            .finish_non_exhaustive()
+    }
 }
 
 impl FallbackStore {
-    /// Serves from `redis` until it fails, then from `memory` (which should be empty).
-    pub fn new(redis: RedisStore, memory: MemoryStore) -> Self {
+    /// A store on the Redis of `redis` (keys under `prefix`), falling back to a memory store
+    /// tracking at most `max_keys` keys.
+    pub fn new(prefix: &str, redis: &RedisConfig, max_keys: usize) -> Self {
+        Self::with_listener(prefix, redis, max_keys, None)
+    }
+
+    /// The same, calling `listener` with the new backend on every switch.
+    pub fn with_listener(
+        prefix: &str,
+        redis: &RedisConfig,
+        max_keys: usize,
+        listener: Option<BackendListener>,
+    ) -> Self {
         Self {
-            active: ArcSwap::from_pointee(Active::Redis(redis.clone())),
-            memory,
-            redis,
+            active: Arc::new(ArcSwap::from_pointee(Active::Redis(RedisStore::new(
+                prefix, redis,
+            )))),
+            shared: Arc::new(Shared {
+                prefix: prefix.to_owned(),
+                redis: redis.clone(),
+                max_keys,
+                listener,
+            }),
         }
     }
 
     /// Waits (at most the connect timeout) for the first connection; falls back if it fails.
     pub async fn wait_connected(&self) {
-        if matches!(**self.active.load(), Active::Redis(_)) && !self.redis.wait_connected().await {
-            self.fall_back(&StoreError::new("Redis is unreachable at start"));
+        let active = self.active.load_full();
+        if let Active::Redis(redis) = &*active {
+            if !redis.wait_connected().await {
+                self.fall_back(&active, &StoreError::new("Redis is unreachable at start"));
+            }
         }
     }
 
@@ -52,31 +96,89 @@ impl FallbackStore {
         &self,
         request: &StoreRequest<'_>,
     ) -> Result<StoreOutcome, StoreError> {
-        let active = self.active.load_full();
+        let mut active = self.active.load_full();
         if let Active::Redis(redis) = &*active {
             match Store::check(redis, request).await {
                 Ok(outcome) => return Ok(outcome),
-                Err(error) => self.fall_back(&error),
+                Err(error) => {
+                    self.fall_back(&active, &error);
+                    active = self.active.load_full();
+                }
             }
         }
-        self.memory.check_sync(request)
+        match &*active {
+            Active::Memory(memory) => memory.check_sync(request),
+            // Recovered between our failure and this load: that store never failed us.
+            Active::Redis(redis) => Store::check(redis, request).await,
+        }
     }
 
-    fn fall_back(&self, error: &StoreError) {
+    /// Swaps `failed` (if it is still the active Redis store) for a fresh memory store.
+    fn fall_back(&self, failed: &Arc<Active>, error: &StoreError) {
         crate::observe::store_error("redis");
-        let current = self.active.load_full();
-        if !matches!(*current, Active::Redis(_)) {
+        let Active::Redis(redis) = &**failed else {
             return;
+        };
+        let memory = Arc::new(Active::Memory(MemoryStore::with_max_keys(
+            self.shared.max_keys,
+        )));
+        let previous = self.active.compare_and_swap(failed, memory);
+        if !Arc::ptr_eq(&previous, failed) {
+            return; // another request swapped first
         }
-        let memory = Arc::new(Active::Memory);
-        let previous = self.active.compare_and_swap(&current, memory);
-        if Arc::ptr_eq(&previous, &current) {
-            crate::observe::fallback();
-            tracing::warn!(
+        crate::observe::fallback();
+        redis.shutdown();
+        self.shared.changed(Backend::Memory);
+        match &self.shared.redis.recovery {
+            None => tracing::warn!(
                 %error,
                 "Redis failed: rate limiting falls back to in-memory state for good"
-            );
-            self.redis.shutdown();
+            ),
+            Some(recovery) => {
+                tracing::warn!(
+                    %error,
+                    "Redis failed: rate limiting falls back to in-memory state until Redis answers again"
+                );
+                self.spawn_probe(recovery.initial_backoff, recovery.max_backoff);
+            }
+        }
+    }
+
+    /// Re-probes Redis with exponential backoff, and swaps it back in once it answers.
+    fn spawn_probe(&self, initial: Duration, max: Duration) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!("no tokio runtime: Redis will not be re-probed");
+            return;
+        };
+        let shared = self.shared.clone();
+        // Weakly: the probe must not keep a dropped limiter's store alive.
+        let active = Arc::downgrade(&self.active);
+        runtime.spawn(async move {
+            let mut backoff = initial;
+            loop {
+                tokio::time::sleep(backoff).await;
+                let Some(active) = active.upgrade() else {
+                    return; // the limiter is gone
+                };
+                let redis = RedisStore::new(&shared.prefix, &shared.redis);
+                if redis.wait_connected().await {
+                    active.store(Arc::new(Active::Redis(redis)));
+                    crate::observe::recovered();
+                    tracing::info!("Redis answers again: rate limiting is back on Redis");
+                    shared.changed(Backend::Redis);
+                    return;
+                }
+                redis.shutdown();
+                backoff = (backoff * 2).min(max);
+            }
+        });
+    }
+}
+
+impl Shared {
+    fn changed(&self, backend: Backend) {
+        if let Some(listener) = &self.listener {
+            listener(backend);
         }
     }
 }
@@ -91,18 +193,21 @@ impl Store for FallbackStore {
 
     async fn reset(&self, tier: Tier, id: &str) -> Result<(), StoreError> {
         let active = self.active.load_full();
-        if let Active::Redis(redis) = &*active {
-            if let Err(error) = Store::reset(redis, tier, id).await {
-                self.fall_back(&error);
+        match &*active {
+            Active::Redis(redis) => {
+                if let Err(error) = Store::reset(redis, tier, id).await {
+                    self.fall_back(&active, &error);
+                }
+                Ok(())
             }
+            Active::Memory(memory) => Store::reset(memory, tier, id).await,
         }
-        Store::reset(&self.memory, tier, id).await
     }
 
     fn backend(&self) -> Backend {
         match **self.active.load() {
             Active::Redis(_) => Backend::Redis,
-            Active::Memory => Backend::Memory,
+            Active::Memory(_) => Backend::Memory,
         }
     }
 }
