@@ -37,6 +37,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             tier: Tier::User,
             id: &id,
             limit: n,
+            shadow: false,
         }];
         for i in 0..n {
             let request = StoreRequest {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::decision::Tier;
 use crate::duration;
 
 /// The largest window accepted: 100 years.
@@ -128,6 +129,7 @@ pub struct RateLimitConfig {
     key_prefix: String,
     max_tracked_keys: usize,
     redis: Option<RedisConfig>,
+    shadow: Vec<Tier>,
 }
 
 impl RateLimitConfig {
@@ -171,6 +173,12 @@ impl RateLimitConfig {
     pub fn redis(&self) -> Option<&RedisConfig> {
         self.redis.as_ref()
     }
+
+    /// Whether `tier` runs in shadow mode: decided and recorded as usual, reported in headers,
+    /// metrics and the [`Decision`](crate::Decision), but never blocking.
+    pub fn is_shadow(&self, tier: Tier) -> bool {
+        self.shadow.contains(&tier)
+    }
 }
 
 /// Builds a [`RateLimitConfig`]; [`build`](Self::build) validates it.
@@ -191,6 +199,7 @@ impl Default for RateLimitConfigBuilder {
                 key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
                 max_tracked_keys: DEFAULT_MAX_TRACKED_KEYS,
                 redis: None,
+                shadow: Vec::new(),
             },
         }
     }
@@ -231,6 +240,26 @@ impl RateLimitConfigBuilder {
     /// The cap on keys the in-memory store tracks at once (default 1,000,000).
     pub fn max_tracked_keys(mut self, max: usize) -> Self {
         self.raw.max_tracked_keys = max;
+        self
+    }
+
+    /// Shadow mode for the whole limiter (`true`) or none of it (`false`, the default): every
+    /// tier decides and records as usual, headers and metrics say what it decided, but no
+    /// request is blocked. The way to roll out a new limit safely.
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.raw.shadow = if shadow {
+            vec![Tier::User, Tier::Endpoint, Tier::Global]
+        } else {
+            Vec::new()
+        };
+        self
+    }
+
+    /// Shadow mode for one tier (see [`shadow`](Self::shadow)); the other tiers still block.
+    pub fn shadow_tier(mut self, tier: Tier) -> Self {
+        if !self.raw.shadow.contains(&tier) {
+            self.raw.shadow.push(tier);
+        }
         self
     }
 
@@ -364,6 +393,9 @@ struct RawConfig {
     max_tracked_keys: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     redis: Option<RedisConfig>,
+    /// Tiers in shadow mode: `shadow = ["user"]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    shadow: Vec<Tier>,
 }
 
 fn default_prefix() -> String {
@@ -409,6 +441,7 @@ impl TryFrom<RawConfig> for RateLimitConfig {
             key_prefix: raw.key_prefix,
             max_tracked_keys: raw.max_tracked_keys,
             redis: raw.redis,
+            shadow: raw.shadow,
         })
     }
 }
@@ -423,6 +456,7 @@ impl From<RateLimitConfig> for RawConfig {
             key_prefix: c.key_prefix,
             max_tracked_keys: c.max_tracked_keys,
             redis: c.redis,
+            shadow: c.shadow,
         }
     }
 }

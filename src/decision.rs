@@ -50,6 +50,7 @@ pub struct Decision {
     pub(crate) remaining: u64,
     pub(crate) retry_after: Duration,
     pub(crate) blocked_by: Option<Tier>,
+    pub(crate) shadow_blocked_by: Option<Tier>,
 }
 
 impl Decision {
@@ -60,6 +61,7 @@ impl Decision {
             remaining,
             retry_after: Duration::ZERO,
             blocked_by: None,
+            shadow_blocked_by: None,
         }
     }
 
@@ -76,6 +78,20 @@ impl Decision {
             remaining: 0,
             retry_after,
             blocked_by: Some(tier),
+            shadow_blocked_by: None,
+        }
+    }
+
+    /// Allowed only because `tier` is in shadow mode: the headers say what enforcing it would
+    /// have said (`X-RateLimit-Remaining: 0`, `Retry-After: n`).
+    #[inline]
+    pub(crate) fn shadow_deny(tier: Tier, retry_after: Duration) -> Self {
+        Self {
+            allowed: true,
+            remaining: 0,
+            retry_after,
+            blocked_by: None,
+            shadow_blocked_by: Some(tier),
         }
     }
 
@@ -103,10 +119,11 @@ impl Decision {
         self.retry_after
     }
 
-    /// The `Retry-After` value: whole seconds rounded up; 0 when allowed, at least 1 when denied.
+    /// The `Retry-After` value: whole seconds rounded up; 0 when allowed, at least 1 when denied
+    /// (or allowed only by shadow mode).
     #[inline]
     pub fn retry_after_secs(&self) -> u64 {
-        if self.allowed {
+        if self.retry_after.is_zero() {
             return 0;
         }
         let secs = self.retry_after.as_secs() + u64::from(self.retry_after.subsec_nanos() > 0);
@@ -117,6 +134,12 @@ impl Decision {
     #[inline]
     pub fn blocked_by(&self) -> Option<Tier> {
         self.blocked_by
+    }
+
+    /// The shadow-mode tier that would have denied this (allowed) request, if any.
+    #[inline]
+    pub fn shadow_blocked_by(&self) -> Option<Tier> {
+        self.shadow_blocked_by
     }
 
     /// `X-RateLimit-Remaining` and `Retry-After` for this decision.
@@ -165,11 +188,15 @@ fn number(n: u64) -> HeaderValue {
 
 impl Serialize for Decision {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut st = s.serialize_struct("Decision", 4)?;
+        let shadow = self.shadow_blocked_by.is_some();
+        let mut st = s.serialize_struct("Decision", 4 + usize::from(shadow))?;
         st.serialize_field("allowed", &self.allowed)?;
         st.serialize_field("remaining", &self.remaining)?;
         st.serialize_field("retry_after", &self.retry_after_secs())?;
         st.serialize_field("blocked_by", &self.blocked_by)?;
+        if shadow {
+            st.serialize_field("shadow_blocked_by", &self.shadow_blocked_by)?;
+        }
         st.end()
     }
 }

@@ -63,6 +63,7 @@ const NO_TIER: TierCheck<'static> = TierCheck {
     tier: Tier::Global,
     id: "",
     limit: 0,
+    shadow: false,
 };
 
 impl<'a> Keys<'a> {
@@ -90,7 +91,12 @@ impl<'a> Keys<'a> {
     ) -> Option<usize> {
         let mut n = 0;
         let mut push = |tier, id, limit| {
-            tiers[n] = TierCheck { tier, id, limit };
+            tiers[n] = TierCheck {
+                tier,
+                id,
+                limit,
+                shadow: config.is_shadow(tier),
+            };
             n += 1;
         };
         if let Some(id) = &self.user {
@@ -127,7 +133,14 @@ impl<'a> Keys<'a> {
 #[inline]
 fn decide(outcome: Result<StoreOutcome, StoreError>, backend: &'static str) -> Decision {
     match outcome {
-        Ok(StoreOutcome::Admitted { remaining }) => Decision::admit(remaining),
+        Ok(StoreOutcome::Admitted {
+            remaining,
+            shadow_denied: None,
+        }) => Decision::admit(remaining),
+        Ok(StoreOutcome::Admitted {
+            shadow_denied: Some((tier, retry_after)),
+            ..
+        }) => Decision::shadow_deny(tier, retry_after),
         Ok(StoreOutcome::Denied { tier, retry_after }) => Decision::deny(tier, retry_after),
         Err(error) => {
             observe::store_error(backend);

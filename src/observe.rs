@@ -5,7 +5,7 @@
 //!
 //! | name | kind | labels | counts |
 //! |---|---|---|---|
-//! | `tiered_ratelimit_checks_total` | counter | `decision` = `allowed` \| `denied`, `tier` = `user` \| `endpoint` \| `global` \| `none` | every decision; `tier` is the blocking tier (`none` when allowed) |
+//! | `tiered_ratelimit_checks_total` | counter | `decision` = `allowed` \| `denied` \| `shadow_denied`, `tier` = `user` \| `endpoint` \| `global` \| `none` | every decision; `tier` is the blocking tier, or the shadow tier that would have blocked (`none` when allowed) |
 //! | `tiered_ratelimit_store_errors_total` | counter | `backend` = `redis` \| `custom` | store calls that failed (Redis: each one also starts the fallback, if not done yet) |
 //! | `tiered_ratelimit_fallbacks_total` | counter | | swaps from Redis to memory (at most one per limiter, unless recovery is on) |
 //! | `tiered_ratelimit_recoveries_total` | counter | | swaps back from memory to Redis (opt-in recovery) |
@@ -29,9 +29,10 @@ pub const STORE_DURATION_SECONDS: &str = "tiered_ratelimit_store_duration_second
 
 /// `(decision, tier)` label values of a decision.
 pub(crate) fn labels(decision: &Decision) -> (&'static str, &'static str) {
-    match decision.blocked_by() {
-        None => ("allowed", "none"),
-        Some(tier) => ("denied", tier.as_str()),
+    match (decision.blocked_by(), decision.shadow_blocked_by()) {
+        (Some(tier), _) => ("denied", tier.as_str()),
+        (None, Some(tier)) => ("shadow_denied", tier.as_str()),
+        (None, None) => ("allowed", "none"),
     }
 }
 

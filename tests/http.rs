@@ -558,3 +558,42 @@ async fn hop_count_picks_the_address_the_first_proxy_appended() {
         StatusCode::OK
     );
 }
+
+#[tokio::test]
+async fn shadow_mode_serves_over_limit_requests_with_the_headers_enforcement_would_send() {
+    let config = RateLimitConfig::builder()
+        .window(MINUTE)
+        .user_limit(1)
+        .shadow(true)
+        .build()
+        .unwrap();
+    let app = items_router().route_layer(header_user_id(RateLimitLayer::new(config)));
+    let base = serve(app, true).await;
+    let client = reqwest::Client::new();
+    let url = format!("{base}/api/v1/items");
+    let r = get_as(&client, &url, Some("s")).await;
+    assert_eq!(
+        (r.status, r.retry_after.as_deref()),
+        (StatusCode::OK, Some("0"))
+    );
+    let r = get_as(&client, &url, Some("s")).await;
+    assert_eq!(r.status, StatusCode::OK, "shadow mode never blocks");
+    assert_eq!(r.body, "list");
+    assert_eq!(r.remaining.as_deref(), Some("0"));
+    let retry: u64 = r.retry_after.unwrap().parse().unwrap();
+    assert!(
+        (1..=60).contains(&retry),
+        "the Retry-After enforcement would send: {retry}"
+    );
+}
+
+#[test]
+fn shadow_tiers_come_from_the_config_file() {
+    let config: RateLimitConfig =
+        toml::from_str("window = \"60s\"\nuser_limit = 5\nshadow = [\"user\"]\n").unwrap();
+    assert!(config.is_shadow(Tier::User));
+    assert!(!config.is_shadow(Tier::Global));
+    let e =
+        toml::from_str::<RateLimitConfig>("window = \"60s\"\nshadow = [\"users\"]\n").unwrap_err();
+    assert!(e.to_string().contains("users"), "{e}");
+}

@@ -602,11 +602,13 @@ async fn store_trait_checks_costs_and_rejects_duplicate_tiers() {
             tier: Tier::User,
             id: "alice",
             limit: 5,
+            shadow: false,
         },
         TierCheck {
             tier: Tier::Global,
             id: "",
             limit: 100,
+            shadow: false,
         },
     ];
     let request = |now: Duration, cost: u64| StoreRequest {
@@ -617,7 +619,10 @@ async fn store_trait_checks_costs_and_rejects_duplicate_tiers() {
     };
     assert_eq!(
         Store::check(&store, &request(T0, 3)).await.unwrap(),
-        StoreOutcome::Admitted { remaining: 2 }
+        StoreOutcome::Admitted {
+            remaining: 2,
+            shadow_denied: None,
+        }
     );
     assert_eq!(store.entries(Tier::User, "alice"), 3);
     // Another 3 do not fit in 5: room comes when the first of the three entries expires.
@@ -646,7 +651,10 @@ async fn store_trait_checks_costs_and_rejects_duplicate_tiers() {
         Store::check(&store, &request(T0 + secs(10), 2))
             .await
             .unwrap(),
-        StoreOutcome::Admitted { remaining: 0 }
+        StoreOutcome::Admitted {
+            remaining: 0,
+            shadow_denied: None,
+        }
     );
 
     let duplicate = [tiers[0], tiers[0]];

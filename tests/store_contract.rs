@@ -1045,9 +1045,55 @@ mod contract {
         assert_admitted(&limiter.check("u0", "/e0").await, 4);
         assert_still_on(&b, &limiter);
     }
+
+    pub async fn shadow_mode_never_blocks_and_records_nothing_in_a_full_tier(b: TestBackend) {
+        let clock = ManualClock::at(Duration::from_secs(1_000));
+        let limiter = b
+            .limiter(limits(2, 0, 0, MINUTE).shadow(true), &clock)
+            .await;
+        assert_eq!(limiter.check("u", "/").await.remaining(), 1);
+        assert_eq!(limiter.check("u", "/").await.remaining(), 0);
+        clock.advance(Duration::from_secs(30));
+        for _ in 0..3 {
+            let d = limiter.check("u", "/").await;
+            assert!(d.allowed(), "shadow mode never blocks");
+            assert_eq!(d.blocked_by(), None);
+            assert_eq!(d.shadow_blocked_by(), Some(Tier::User));
+            assert_eq!(d.remaining(), 0);
+            // What enforcing it would have said: the t0 entries free up at t0 + 60 s + 1 µs.
+            assert_eq!(d.retry_after(), Duration::from_secs(30) + US);
+            assert_eq!(d.headers()["retry-after"], "31");
+            assert_eq!(d.headers()["x-ratelimit-remaining"], "0");
+        }
+        // The shadow-denied requests were not recorded in the full tier: once the two t0
+        // entries expire the tier is empty again.
+        clock.advance(Duration::from_secs(30) + US);
+        let d = limiter.check("u", "/").await;
+        assert_eq!((d.remaining(), d.shadow_blocked_by()), (1, None));
+        assert_eq!(limiter.backend(), b.expected_backend());
+    }
+
+    pub async fn a_shadow_tier_lets_through_and_the_others_still_count_and_block(b: TestBackend) {
+        let clock = ManualClock::at(Duration::from_secs(1_000));
+        let config = limits(1, 0, 3, MINUTE).shadow_tier(Tier::User);
+        let limiter = b.limiter(config, &clock).await;
+        assert!(limiter.check("a", "/").await.allowed());
+        for _ in 0..2 {
+            let d = limiter.check("a", "/").await;
+            assert!(d.allowed());
+            assert_eq!(d.shadow_blocked_by(), Some(Tier::User));
+        }
+        // Those two were served, so the (enforced) global tier counted them: it is full.
+        let d = limiter.check("b", "/").await;
+        assert!(!d.allowed());
+        assert_eq!(d.blocked_by(), Some(Tier::Global));
+        assert_eq!(limiter.backend(), b.expected_backend());
+    }
 }
 
 contract_tests!(
+    shadow_mode_never_blocks_and_records_nothing_in_a_full_tier,
+    a_shadow_tier_lets_through_and_the_others_still_count_and_block,
     allows_under_limit_then_denies,
     independent_user_counters,
     headers_present_when_allowed,

@@ -204,7 +204,10 @@ impl MemoryStore {
         let cutoff = now.saturating_sub(window);
         let cost = req.cost;
         let mut remaining = u64::MAX;
-        for (h, t) in held.iter_mut().zip(tiers) {
+        let mut shadow_denied = None;
+        // Which tiers record the request: all but the full shadow ones.
+        let mut records = [false; 3];
+        for ((h, t), record) in held.iter_mut().zip(tiers).zip(records.iter_mut()) {
             let log = h.as_mut().expect("held above").log();
             log.trim(cutoff);
             let count = log.entries.len() as u64;
@@ -219,15 +222,22 @@ impl MemoryStore {
                         .saturating_add(1)
                         .saturating_sub(now)
                 };
-                return Ok(StoreOutcome::Denied {
-                    tier: t.tier,
-                    retry_after: Duration::from_micros(retry_after.max(1)),
-                });
+                let retry_after = Duration::from_micros(retry_after.max(1));
+                if !t.shadow {
+                    return Ok(StoreOutcome::Denied {
+                        tier: t.tier,
+                        retry_after,
+                    });
+                }
+                shadow_denied = shadow_denied.or(Some((t.tier, retry_after)));
+                remaining = 0;
+                continue;
             }
+            *record = true;
             remaining = remaining.min(t.limit - count - cost);
         }
-        for h in held.iter_mut().flatten() {
-            let log = h.log();
+        for (h, _) in held.iter_mut().zip(records).filter(|(_, r)| *r) {
+            let log = h.as_mut().expect("held above").log();
             // Never record before the newest entry: the log stays sorted even when threads
             // read the clock in one order and lock in another.
             let at = log.entries.back().map_or(now, |&b| b.max(now));
@@ -235,7 +245,10 @@ impl MemoryStore {
                 log.entries.push_back(at);
             }
         }
-        Ok(StoreOutcome::Admitted { remaining })
+        Ok(StoreOutcome::Admitted {
+            remaining,
+            shadow_denied,
+        })
     }
 
     fn reset_sync(&self, tier: Tier, id: &str) {

@@ -34,6 +34,9 @@ pub struct TierCheck<'a> {
     pub id: &'a str,
     /// The tier's limit for this request (never 0: switched-off tiers are left out).
     pub limit: u64,
+    /// Shadow mode: when this tier is full it does not deny; the request is recorded in the
+    /// tiers that have room (not in this one) and reported as a shadow denial.
+    pub shadow: bool,
 }
 
 /// Everything a store needs to decide one request.
@@ -53,10 +56,13 @@ pub struct StoreRequest<'a> {
 /// A store's answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StoreOutcome {
-    /// Recorded in every tier.
+    /// Recorded in every tier with room.
     Admitted {
         /// The smallest capacity left over the tiers, after this request.
         remaining: u64,
+        /// The first shadow tier that was full (and so did not record the request), and when
+        /// it would have had room: what enforcing it would have answered.
+        shadow_denied: Option<(Tier, Duration)>,
     },
     /// Recorded nowhere.
     Denied {

@@ -5,10 +5,12 @@
 -- ARGV[2]     the window, in microseconds
 -- ARGV[3]     the cost (entries to record)
 -- ARGV[4]     a member unique to this request (suffixed with :k for k > 1 when cost > 1)
--- ARGV[4+i]   the limit of KEYS[i]
+-- ARGV[4+i]   the limit of KEYS[i]; negative for a tier in shadow mode (it never denies)
 --
--- Returns {1, remaining} when admitted (recorded in every tier), or {0, i, retry_after_us} when
--- KEYS[i] is the first tier without room (recorded nowhere).
+-- Returns {1, remaining, s, s_retry_us} when admitted: recorded in every tier with room, and
+-- s is the first shadow tier that was full (0 if none; it does not record the request), or
+-- {0, i, retry_after_us} when KEYS[i] is the first enforced tier without room (recorded
+-- nowhere).
 --
 -- Scores are microseconds, exact as doubles up to 2^53. Numbers are formatted with %.0f:
 -- Lua's default number-to-string keeps only 14 digits.
@@ -25,9 +27,13 @@ local cost = tonumber(ARGV[3])
 local member = ARGV[4]
 local cutoff = string.format('(%.0f', now - window)
 local remaining = -1
+local shadow_tier, shadow_retry = 0, 0
+local record = {}
 
 for i, key in ipairs(KEYS) do
   local limit = tonumber(ARGV[4 + i])
+  local shadow = limit < 0
+  if shadow then limit = -limit end
   redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
   local count = redis.call('ZCARD', key)
   if count + cost > limit then
@@ -38,15 +44,21 @@ for i, key in ipairs(KEYS) do
       retry = tonumber(entry[2]) + window + 1 - now
     end
     if retry < 1 then retry = 1 end
-    return {0, i, retry}
+    if not shadow then
+      return {0, i, retry}
+    end
+    if shadow_tier == 0 then shadow_tier, shadow_retry = i, retry end
+    remaining = 0
+  else
+    record[#record + 1] = key
+    local left = limit - count - cost
+    if remaining < 0 or left < remaining then remaining = left end
   end
-  local left = limit - count - cost
-  if remaining < 0 or left < remaining then remaining = left end
 end
 
 local score = string.format('%.0f', now)
 local ttl = string.format('%.0f', math.ceil(window / 1000) + 1)
-for _, key in ipairs(KEYS) do
+for _, key in ipairs(record) do
   if cost == 1 then
     redis.call('ZADD', key, score, member)
   else
@@ -56,4 +68,4 @@ for _, key in ipairs(KEYS) do
   end
   redis.call('PEXPIRE', key, ttl)
 end
-return {1, remaining}
+return {1, remaining, shadow_tier, shadow_retry}

@@ -265,7 +265,7 @@ impl RedisStore {
             return self.check_per_tier(req, now, member).await;
         }
         let keys: Vec<String> = req.tiers.iter().map(|t| self.key(t.tier, t.id)).collect();
-        let limits = req.tiers.iter().map(|t| t.limit);
+        let limits = req.tiers.iter().map(limit_arg);
         let reply = self
             .eval(keys, script_args(req, now, member, limits))
             .await?;
@@ -286,14 +286,22 @@ impl RedisStore {
     ) -> Result<StoreOutcome, StoreError> {
         let mut recorded: Vec<String> = Vec::with_capacity(req.tiers.len());
         let mut remaining = u64::MAX;
+        let mut shadow_denied = None;
         for (i, tier) in req.tiers.iter().enumerate() {
             let key = self.key(tier.tier, tier.id);
-            let args = script_args(req, now.clone(), member.clone(), [tier.limit]);
+            let args = script_args(req, now.clone(), member.clone(), [limit_arg(tier)]);
             let reply = self.eval_one(&key, args).await?;
             match parse_reply(&reply, &req.tiers[i..=i])? {
-                StoreOutcome::Admitted { remaining: left } => {
+                StoreOutcome::Admitted {
+                    remaining: left,
+                    shadow_denied: shadow,
+                } => {
                     remaining = remaining.min(left);
-                    recorded.push(key);
+                    match shadow {
+                        // A full shadow tier: nothing recorded there.
+                        Some(s) => shadow_denied = shadow_denied.or(Some(s)),
+                        None => recorded.push(key),
+                    }
                 }
                 denied @ StoreOutcome::Denied { .. } => {
                     self.roll_back(&recorded, &member, req.cost).await?;
@@ -301,7 +309,10 @@ impl RedisStore {
                 }
             }
         }
-        Ok(StoreOutcome::Admitted { remaining })
+        Ok(StoreOutcome::Admitted {
+            remaining,
+            shadow_denied,
+        })
     }
 
     /// Removes this request's members from `keys`, all at once.
@@ -429,18 +440,27 @@ impl RedisStore {
     }
 }
 
+/// A tier's limit as the script takes it: negative for a shadow tier.
+fn limit_arg(tier: &TierCheck<'_>) -> String {
+    if tier.shadow {
+        format!("-{}", tier.limit)
+    } else {
+        tier.limit.to_string()
+    }
+}
+
 fn script_args(
     req: &StoreRequest<'_>,
     now: String,
     member: String,
-    limits: impl IntoIterator<Item = u64>,
+    limits: impl IntoIterator<Item = String>,
 ) -> Vec<String> {
     let mut args = Vec::with_capacity(4 + req.tiers.len());
     args.push(now);
     args.push(saturating_micros(req.window).to_string());
     args.push(req.cost.to_string());
     args.push(member);
-    args.extend(limits.into_iter().map(|l| l.to_string()));
+    args.extend(limits);
     args
 }
 
@@ -456,27 +476,29 @@ impl Inner {
 }
 
 fn parse_reply(reply: &[i64], tiers: &[TierCheck<'_>]) -> Result<StoreOutcome, StoreError> {
+    // The script numbers tiers from 1.
+    let tier_at = |index: i64| {
+        let i = usize::try_from(index).ok()?.checked_sub(1)?;
+        tiers.get(i).map(|t| t.tier)
+    };
+    let micros = |us: i64| Duration::from_micros(u64::try_from(us.max(1)).unwrap_or(1));
     let bad = || {
         StoreError::new(format!(
             "unexpected reply from the rate limit script: {reply:?}"
         ))
     };
     match *reply {
-        [1, remaining] => Ok(StoreOutcome::Admitted {
+        [1, remaining, shadow, shadow_retry_us] => Ok(StoreOutcome::Admitted {
             remaining: u64::try_from(remaining).map_err(|_| bad())?,
+            shadow_denied: match shadow {
+                0 => None,
+                i => Some((tier_at(i).ok_or_else(bad)?, micros(shadow_retry_us))),
+            },
         }),
-        [0, index, retry_us] => {
-            let tier = usize::try_from(index)
-                .ok()
-                .and_then(|i| i.checked_sub(1))
-                .and_then(|i| tiers.get(i))
-                .ok_or_else(bad)?
-                .tier;
-            Ok(StoreOutcome::Denied {
-                tier,
-                retry_after: Duration::from_micros(u64::try_from(retry_us.max(1)).unwrap_or(1)),
-            })
-        }
+        [0, index, retry_us] => Ok(StoreOutcome::Denied {
+            tier: tier_at(index).ok_or_else(bad)?,
+            retry_after: micros(retry_us),
+        }),
         _ => Err(bad()),
     }
 }
