@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::decision::Tier;
+use crate::decision::{HeaderStyle, Tier};
 use crate::duration;
 
 /// The largest window accepted: 100 years.
@@ -130,6 +130,7 @@ pub struct RateLimitConfig {
     max_tracked_keys: usize,
     redis: Option<RedisConfig>,
     shadow: Vec<Tier>,
+    headers: HeaderStyle,
 }
 
 impl RateLimitConfig {
@@ -174,6 +175,11 @@ impl RateLimitConfig {
         self.redis.as_ref()
     }
 
+    /// Which rate-limit headers responses carry.
+    pub fn headers(&self) -> HeaderStyle {
+        self.headers
+    }
+
     /// Whether `tier` runs in shadow mode: decided and recorded as usual, reported in headers,
     /// metrics and the [`Decision`](crate::Decision), but never blocking.
     pub fn is_shadow(&self, tier: Tier) -> bool {
@@ -200,6 +206,7 @@ impl Default for RateLimitConfigBuilder {
                 max_tracked_keys: DEFAULT_MAX_TRACKED_KEYS,
                 redis: None,
                 shadow: Vec::new(),
+                headers: HeaderStyle::Legacy,
             },
         }
     }
@@ -240,6 +247,12 @@ impl RateLimitConfigBuilder {
     /// The cap on keys the in-memory store tracks at once (default 1,000,000).
     pub fn max_tracked_keys(mut self, max: usize) -> Self {
         self.raw.max_tracked_keys = max;
+        self
+    }
+
+    /// Which rate-limit headers responses carry: legacy (the default), IETF, or both.
+    pub fn headers(mut self, style: HeaderStyle) -> Self {
+        self.raw.headers = style;
         self
     }
 
@@ -396,6 +409,9 @@ struct RawConfig {
     /// Tiers in shadow mode: `shadow = ["user"]`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     shadow: Vec<Tier>,
+    /// `headers = "legacy" | "ietf" | "both"`.
+    #[serde(default)]
+    headers: HeaderStyle,
 }
 
 fn default_prefix() -> String {
@@ -442,6 +458,7 @@ impl TryFrom<RawConfig> for RateLimitConfig {
             max_tracked_keys: raw.max_tracked_keys,
             redis: raw.redis,
             shadow: raw.shadow,
+            headers: raw.headers,
         })
     }
 }
@@ -457,6 +474,7 @@ impl From<RateLimitConfig> for RawConfig {
             max_tracked_keys: c.max_tracked_keys,
             redis: c.redis,
             shadow: c.shadow,
+            headers: c.headers,
         }
     }
 }

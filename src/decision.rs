@@ -1,6 +1,6 @@
 //! The answer to one check: allowed or not, what remains, when to retry, and its headers.
 
-use std::fmt;
+use std::fmt::{self, Write};
 use std::time::Duration;
 
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
@@ -9,6 +9,63 @@ use serde::{Deserialize, Serialize, Serializer};
 
 /// `X-RateLimit-Remaining`.
 pub static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11).
+pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers-11).
+pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+
+/// Which rate-limit headers a response carries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HeaderStyle {
+    /// `X-RateLimit-Remaining` and `Retry-After` (`0` when allowed) on every response (the
+    /// default).
+    #[default]
+    Legacy,
+    /// The IETF draft's (draft-ietf-httpapi-ratelimit-headers-11) `RateLimit-Policy` (one
+    /// named policy per tier that applied: `"user";q=50;w=60`) and `RateLimit` (the tier
+    /// closest to its limit: `"user";r=12;t=30`), and `Retry-After` on a 429.
+    Ietf,
+    /// Both sets.
+    Both,
+}
+
+/// The tiers that applied to a request, for `RateLimit-Policy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Policies {
+    items: [(Tier, u64); 3],
+    len: u8,
+    window_secs: u64,
+}
+
+impl Default for Policies {
+    fn default() -> Self {
+        Self {
+            items: [(Tier::Global, 0); 3],
+            len: 0,
+            window_secs: 0,
+        }
+    }
+}
+
+impl Policies {
+    pub(crate) fn new(tiers: impl IntoIterator<Item = (Tier, u64)>, window: Duration) -> Self {
+        let mut p = Self {
+            items: [(Tier::Global, 0); 3],
+            len: 0,
+            window_secs: window.as_secs() + u64::from(window.subsec_nanos() > 0),
+        };
+        for item in tiers.into_iter().take(3) {
+            p.items[usize::from(p.len)] = item;
+            p.len += 1;
+        }
+        p
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &(Tier, u64)> {
+        self.items[..usize::from(self.len)].iter()
+    }
+}
 
 /// One of the three tiers, checked in this order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -51,6 +108,10 @@ pub struct Decision {
     pub(crate) retry_after: Duration,
     pub(crate) blocked_by: Option<Tier>,
     pub(crate) shadow_blocked_by: Option<Tier>,
+    /// The tier closest to its limit and when it next gains capacity (`RateLimit`).
+    pub(crate) binding: Option<(Tier, Duration)>,
+    pub(crate) policies: Policies,
+    pub(crate) style: HeaderStyle,
 }
 
 impl Decision {
@@ -62,6 +123,9 @@ impl Decision {
             retry_after: Duration::ZERO,
             blocked_by: None,
             shadow_blocked_by: None,
+            binding: None,
+            policies: Policies::default(),
+            style: HeaderStyle::Legacy,
         }
     }
 
@@ -79,6 +143,9 @@ impl Decision {
             retry_after,
             blocked_by: Some(tier),
             shadow_blocked_by: None,
+            binding: Some((tier, retry_after)),
+            policies: Policies::default(),
+            style: HeaderStyle::Legacy,
         }
     }
 
@@ -92,7 +159,27 @@ impl Decision {
             retry_after,
             blocked_by: None,
             shadow_blocked_by: Some(tier),
+            binding: Some((tier, retry_after)),
+            policies: Policies::default(),
+            style: HeaderStyle::Legacy,
         }
+    }
+
+    /// The tier closest to its limit, and when it next gains capacity.
+    #[inline]
+    pub(crate) fn with_binding(mut self, tier: Tier, reset: Duration) -> Self {
+        if self.binding.is_none() {
+            self.binding = Some((tier, reset));
+        }
+        self
+    }
+
+    /// The tiers that applied, and which headers to write.
+    #[inline]
+    pub(crate) fn with_policies(mut self, policies: Policies, style: HeaderStyle) -> Self {
+        self.policies = policies;
+        self.style = style;
+        self
     }
 
     /// Whether the request may go on.
@@ -149,11 +236,34 @@ impl Decision {
         headers
     }
 
-    /// Inserts `X-RateLimit-Remaining` and `Retry-After` into `headers`, replacing any there.
+    /// Inserts the rate-limit headers of the configured [`HeaderStyle`] into `headers`,
+    /// replacing any there.
     pub fn write_headers(&self, headers: &mut HeaderMap) {
-        headers.insert(X_RATELIMIT_REMAINING.clone(), number(self.remaining));
-        let retry = number(self.retry_after_secs());
-        headers.insert(RETRY_AFTER, retry);
+        let legacy = self.style != HeaderStyle::Ietf;
+        if legacy {
+            headers.insert(X_RATELIMIT_REMAINING.clone(), number(self.remaining));
+        }
+        if legacy || !self.allowed {
+            headers.insert(RETRY_AFTER, number(self.retry_after_secs()));
+        }
+        if self.style != HeaderStyle::Legacy && self.policies.len > 0 {
+            let mut policy = String::new();
+            for (i, (tier, limit)) in self.policies.iter().enumerate() {
+                let sep = if i == 0 { "" } else { ", " };
+                let w = self.policies.window_secs;
+                let _ = write!(policy, "{sep}\"{tier}\";q={limit};w={w}");
+            }
+            if let Ok(value) = HeaderValue::try_from(policy) {
+                headers.insert(RATELIMIT_POLICY.clone(), value);
+            }
+            if let Some((tier, reset)) = self.binding {
+                let secs = reset.as_secs() + u64::from(reset.subsec_nanos() > 0);
+                let value = format!("\"{tier}\";r={};t={secs}", self.remaining);
+                if let Ok(value) = HeaderValue::try_from(value) {
+                    headers.insert(RATELIMIT.clone(), value);
+                }
+            }
+        }
     }
 }
 

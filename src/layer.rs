@@ -22,6 +22,7 @@ use crate::decision::Decision;
 use crate::limiter::{CheckRequest, RateLimiter, UserKey};
 
 type PartsFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
+type RejectFn = Arc<dyn Fn(&Decision) -> Response<Bytes> + Send + Sync>;
 
 /// Applies a [`RateLimiter`] to every request of the wrapped service.
 ///
@@ -40,8 +41,10 @@ type PartsFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 ///   this, for services other than axum (a gRPC method, say).
 /// - **Allowed:** the inner response, with `X-RateLimit-Remaining` and `Retry-After: 0` added.
 /// - **Denied:** `429 Too Many Requests` with `X-RateLimit-Remaining: 0`, `Retry-After: n`
-///   (whole seconds, rounded up, at least 1) and a short text body. The inner service is not
-///   called.
+///   (whole seconds, rounded up, at least 1) and a short RFC 9457 `application/problem+json`
+///   body naming the violated policy (the tier); [`on_rejection`](Self::on_rejection) replaces
+///   it. The inner service is not called. (The headers follow the config's
+///   [`HeaderStyle`](crate::HeaderStyle): legacy, IETF or both.)
 ///
 /// Works with `Router::layer`, `Router::route_layer` and any tower service whose response body
 /// carries [`Bytes`]. Clones of the layer and of its services share one limiter.
@@ -72,6 +75,7 @@ pub struct RateLimitLayer {
     user_id: Option<PartsFn>,
     endpoint: Option<PartsFn>,
     client_ip: Arc<ClientIpRule>,
+    rejection: Option<RejectFn>,
 }
 
 impl fmt::Debug for RateLimitLayer {
@@ -81,6 +85,7 @@ impl fmt::Debug for RateLimitLayer {
             .field("user_id", &self.user_id.as_ref().map(|_| "closure"))
             .field("endpoint", &self.endpoint.as_ref().map(|_| "closure"))
             .field("client_ip", &self.client_ip)
+            .field("rejection", &self.rejection.as_ref().map(|_| "closure"))
             .finish()
     }
 }
@@ -98,7 +103,29 @@ impl RateLimitLayer {
             user_id: None,
             endpoint: None,
             client_ip: Arc::default(),
+            rejection: None,
         }
+    }
+
+    /// Replaces the 429 response. The layer still adds the rate-limit headers to what `f`
+    /// returns (replacing any of the same names).
+    ///
+    /// ```
+    /// # use tiered_ratelimit::{RateLimitConfig, RateLimitLayer};
+    /// # let config = RateLimitConfig::builder().user_limit(5).build().unwrap();
+    /// let layer = RateLimitLayer::new(config).on_rejection(|decision| {
+    ///     http::Response::builder()
+    ///         .status(503)
+    ///         .body(format!("slow down ({:?})", decision.blocked_by()).into())
+    ///         .unwrap()
+    /// });
+    /// ```
+    pub fn on_rejection<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Decision) -> Response<Bytes> + Send + Sync + 'static,
+    {
+        self.rejection = Some(Arc::new(f));
+        self
     }
 
     /// Behind proxies in these networks, the client is the rightmost address of `Forwarded`
@@ -279,7 +306,7 @@ where
         if let Some(decision) = decided {
             record_on(&span, &decision);
             if !decision.allowed() {
-                return ResponseFuture::rejected(too_many_requests(&decision));
+                return ResponseFuture::rejected(reject(&decision, self.layer.rejection.as_ref()));
             }
             return ResponseFuture::inner(self.inner.call(request), decision);
         }
@@ -288,6 +315,7 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let limiter = self.layer.limiter.clone();
+        let rejection = self.layer.rejection.clone();
         let recorder = span.clone();
         let future = async move {
             let decision = limiter
@@ -295,7 +323,7 @@ where
                 .await;
             record_on(&recorder, &decision);
             if !decision.allowed() {
-                return Ok(too_many_requests(&decision));
+                return Ok(reject(&decision, rejection.as_ref()));
             }
             let response = inner.call(request).await?;
             Ok(with_headers(response, &decision))
@@ -324,20 +352,32 @@ fn with_headers<B>(response: Response<B>, decision: &Decision) -> Response<Respo
     Response::from_parts(parts, ResponseBody::inner(body))
 }
 
-fn too_many_requests<B>(decision: &Decision) -> Response<ResponseBody<B>> {
+/// The 429 (or the user's own rejection), with the rate-limit headers.
+fn reject<B>(decision: &Decision, custom: Option<&RejectFn>) -> Response<ResponseBody<B>> {
+    let response = match custom {
+        Some(f) => f(decision),
+        None => problem(decision),
+    };
+    let (mut parts, body) = response.into_parts();
+    decision.write_headers(&mut parts.headers);
+    Response::from_parts(parts, ResponseBody::rejection(body))
+}
+
+/// RFC 9457 `application/problem+json`, naming the violated policy (the tier).
+fn problem(decision: &Decision) -> Response<Bytes> {
     let tier = decision.blocked_by().map_or("rate", |t| t.as_str());
+    let retry = decision.retry_after_secs();
     let body = format!(
-        "Too Many Requests: the {tier} limit is reached; retry after {} s\n",
-        decision.retry_after_secs()
+        "{{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\
+         \"detail\":\"The {tier} rate limit is reached; retry after {retry} s.\",\
+         \"policy\":\"{tier}\",\"retry_after\":{retry}}}"
     );
-    let mut response = Response::new(ResponseBody::rejection(Bytes::from(body)));
+    let mut response = Response::new(Bytes::from(body));
     *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-    let headers = response.headers_mut();
-    headers.insert(
+    response.headers_mut().insert(
         CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
+        HeaderValue::from_static("application/problem+json"),
     );
-    decision.write_headers(headers);
     response
 }
 

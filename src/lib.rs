@@ -19,7 +19,9 @@ pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use crate::config::{
     ConfigError, RateLimitConfig, RateLimitConfigBuilder, Recovery, RedisConfig, TimeSource,
 };
-pub use crate::decision::{Decision, Tier, X_RATELIMIT_REMAINING};
+pub use crate::decision::{
+    Decision, HeaderStyle, Tier, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_REMAINING,
+};
 pub use crate::duration::{parse_duration, ParseDurationError};
 pub use crate::layer::{RateLimit, RateLimitLayer, ResponseBody, ResponseFuture};
 pub use crate::limiter::{CheckRequest, RateLimiter, RateLimiterBuilder, UserKey};

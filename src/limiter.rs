@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::RateLimitConfig;
-use crate::decision::{Decision, Tier};
+use crate::decision::{Decision, HeaderStyle, Policies, Tier};
 use crate::key::{encode_id, encode_ip, UNMATCHED_ENDPOINT};
 use crate::observe;
 use crate::store::{
@@ -129,14 +129,25 @@ impl<'a> Keys<'a> {
     }
 }
 
+/// The `RateLimit-Policy` items of a request: only worth building when the IETF headers are on.
+#[inline]
+fn policies(config: &RateLimitConfig, req: &StoreRequest<'_>) -> Policies {
+    if config.headers() == HeaderStyle::Legacy {
+        return Policies::default();
+    }
+    Policies::new(req.tiers.iter().map(|t| (t.tier, t.limit)), req.window)
+}
+
 /// The decision for a store's answer; a failing store lets the request through.
 #[inline]
 fn decide(outcome: Result<StoreOutcome, StoreError>, backend: &'static str) -> Decision {
     match outcome {
         Ok(StoreOutcome::Admitted {
             remaining,
+            binding,
+            reset,
             shadow_denied: None,
-        }) => Decision::admit(remaining),
+        }) => Decision::admit(remaining).with_binding(binding, reset),
         Ok(StoreOutcome::Admitted {
             shadow_denied: Some((tier, retry_after)),
             ..
@@ -322,6 +333,7 @@ impl RateLimiter {
         let keys = Keys::new(config, request);
         let decision = keys.with_request(self.inner.clock.now(), config, |req| {
             decide(store.check_sync(req), "memory")
+                .with_policies(policies(config, req), config.headers())
         });
         let decision = decision.unwrap_or_else(Decision::unlimited);
         observe::record(&decision);
@@ -349,7 +361,8 @@ impl RateLimiter {
             StoreKind::Custom(store) => (store.check(&store_request).await, "custom"),
         };
         observe::store_duration(backend, started.elapsed().as_secs_f64());
-        let decision = decide(outcome, backend);
+        let decision = decide(outcome, backend)
+            .with_policies(policies(config, &store_request), config.headers());
         observe::record(&decision);
         decision
     }

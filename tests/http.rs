@@ -110,7 +110,11 @@ async fn burst_gets_exactly_the_user_limit_then_429_with_headers() {
         assert_eq!(r.remaining.as_deref(), Some("0"));
         let retry: u64 = r.retry_after.unwrap().parse().unwrap();
         assert!((1..=60).contains(&retry), "retry-after {retry}");
-        assert!(r.body.contains("user limit"), "{}", r.body);
+        let problem: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(problem["status"], 429);
+        assert_eq!(problem["policy"], "user", "{}", r.body);
+        assert_eq!(problem["title"], "Too Many Requests");
+        assert_eq!(problem["retry_after"].as_u64(), Some(retry));
     }
     // Another user is not affected.
     let r = get_as(&client, &format!("{base}/api/v1/items/7"), Some("carol")).await;
@@ -163,7 +167,7 @@ async fn route_templates_share_one_endpoint_key() {
     }
     let r = get_as(&client, &format!("{base}/api/v1/items/99"), None).await;
     assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
-    assert!(r.body.contains("endpoint"));
+    assert!(r.body.contains("\"policy\":\"endpoint\""), "{}", r.body);
     assert_eq!(store.entries(Tier::Endpoint, "/api/v1/items/%7Bid%7D"), 3);
     assert_eq!(
         store.tracked_keys(),
@@ -262,7 +266,7 @@ async fn without_user_id_or_address_the_user_tier_is_skipped() {
     }
     let r = get_as(&client, &url, None).await;
     assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
-    assert!(r.body.contains("global"));
+    assert!(r.body.contains("\"policy\":\"global\""), "{}", r.body);
 }
 
 #[tokio::test]
@@ -400,10 +404,14 @@ async fn any_tower_service_with_any_bytes_body() {
     let denied = svc.oneshot(Request::new(String::new())).await.unwrap();
     assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(denied.headers()[http::header::RETRY_AFTER], "60");
+    assert_eq!(
+        denied.headers()[http::header::CONTENT_TYPE],
+        "application/problem+json"
+    );
     let body = denied.into_body().collect().await.unwrap().to_bytes();
-    assert!(std::str::from_utf8(&body)
-        .unwrap()
-        .starts_with("Too Many Requests"));
+    let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(problem["policy"], "global");
+    assert_eq!(problem["retry_after"], 60);
 }
 
 #[tokio::test]
@@ -596,4 +604,57 @@ fn shadow_tiers_come_from_the_config_file() {
     let e =
         toml::from_str::<RateLimitConfig>("window = \"60s\"\nshadow = [\"users\"]\n").unwrap_err();
     assert!(e.to_string().contains("users"), "{e}");
+}
+
+#[tokio::test]
+async fn the_rejection_can_be_replaced_and_keeps_the_headers() {
+    let layer = RateLimitLayer::new(config(1, 0, 0)).on_rejection(|decision| {
+        let mut response = Response::new(bytes::Bytes::from(format!(
+            "busy: {}",
+            decision.blocked_by().unwrap()
+        )));
+        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        response
+    });
+    let app = items_router().route_layer(header_user_id(layer));
+    let base = serve(app, false).await;
+    let client = reqwest::Client::new();
+    let url = format!("{base}/api/v1/items");
+    assert_eq!(
+        get_as(&client, &url, Some("r")).await.status,
+        StatusCode::OK
+    );
+    let r = get_as(&client, &url, Some("r")).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.body, "busy: user");
+    assert_eq!(r.remaining.as_deref(), Some("0"));
+    assert_eq!(r.retry_after.as_deref(), Some("60"));
+}
+
+#[tokio::test]
+async fn ietf_headers_over_http() {
+    let config = RateLimitConfig::builder()
+        .window(MINUTE)
+        .user_limit(2)
+        .global_limit(100)
+        .headers(tiered_ratelimit::HeaderStyle::Ietf)
+        .build()
+        .unwrap();
+    let app = items_router().route_layer(header_user_id(RateLimitLayer::new(config)));
+    let base = serve(app, false).await;
+    let client = reqwest::Client::new();
+    let resp = client
+        .get(format!("{base}/api/v1/items"))
+        .header("x-user-id", "i")
+        .send()
+        .await
+        .unwrap();
+    let h = resp.headers();
+    assert_eq!(
+        h["ratelimit-policy"],
+        "\"user\";q=2;w=60, \"global\";q=100;w=60"
+    );
+    let value = h["ratelimit"].to_str().unwrap();
+    assert!(value.starts_with("\"user\";r=1;t="), "{value}");
+    assert!(h.get("x-ratelimit-remaining").is_none());
 }

@@ -621,6 +621,8 @@ async fn store_trait_checks_costs_and_rejects_duplicate_tiers() {
         Store::check(&store, &request(T0, 3)).await.unwrap(),
         StoreOutcome::Admitted {
             remaining: 2,
+            binding: Tier::User,
+            reset: MINUTE + US, // the three entries at T0 leave a window (and 1 µs) later
             shadow_denied: None,
         }
     );
@@ -653,6 +655,8 @@ async fn store_trait_checks_costs_and_rejects_duplicate_tiers() {
             .unwrap(),
         StoreOutcome::Admitted {
             remaining: 0,
+            binding: Tier::User,
+            reset: secs(50) + US,
             shadow_denied: None,
         }
     );

@@ -1089,9 +1089,60 @@ mod contract {
         assert_eq!(d.blocked_by(), Some(Tier::Global));
         assert_eq!(limiter.backend(), b.expected_backend());
     }
+
+    pub async fn ietf_headers_name_every_policy_and_the_one_closest_to_its_limit(b: TestBackend) {
+        use tiered_ratelimit::HeaderStyle;
+        let clock = ManualClock::at(Duration::from_secs(1_000));
+        let config = limits(5, 10, 100, MINUTE).headers(HeaderStyle::Both);
+        let limiter = b.limiter(config, &clock).await;
+        let policy = "\"user\";q=5;w=60, \"endpoint\";q=10;w=60, \"global\";q=100;w=60";
+        let h = limiter.check("u", "/e").await.headers();
+        assert_eq!(h["ratelimit-policy"], policy);
+        // The user tier is closest to its limit; its oldest entry leaves in 60 s + 1 µs.
+        assert_eq!(h["ratelimit"], "\"user\";r=4;t=61");
+        assert_eq!(h["x-ratelimit-remaining"], "4");
+        assert_eq!(h["retry-after"], "0");
+        clock.advance(Duration::from_secs(10));
+        let h = limiter.check("u", "/e").await.headers();
+        assert_eq!(h["ratelimit"], "\"user\";r=3;t=51");
+        // Other users fill the endpoint tier: it becomes the closest to its limit.
+        for i in 0..6 {
+            limiter.check(&format!("o{i}"), "/e").await;
+        }
+        let h = limiter.check("v", "/e").await.headers();
+        assert_eq!(h["ratelimit"], "\"endpoint\";r=1;t=51");
+        // A denial names its tier with r=0 and the time until room.
+        limiter.check("w", "/e").await;
+        let d = limiter.check("w", "/e").await;
+        assert_eq!(d.blocked_by(), Some(Tier::Endpoint));
+        let h = d.headers();
+        assert_eq!(h["ratelimit"], "\"endpoint\";r=0;t=51");
+        assert_eq!(h["retry-after"], "51");
+        assert_eq!(limiter.backend(), b.expected_backend());
+    }
+
+    pub async fn ietf_only_headers_leave_out_the_legacy_ones(b: TestBackend) {
+        use tiered_ratelimit::HeaderStyle;
+        let clock = ManualClock::at(Duration::from_secs(1_000));
+        let config = limits(1, 0, 0, MINUTE).headers(HeaderStyle::Ietf);
+        let limiter = b.limiter(config, &clock).await;
+        let h = limiter.check("u", "/e").await.headers();
+        assert_eq!(h["ratelimit-policy"], "\"user\";q=1;w=60");
+        assert_eq!(h["ratelimit"], "\"user\";r=0;t=61");
+        assert!(h.get("x-ratelimit-remaining").is_none());
+        assert!(
+            h.get("retry-after").is_none(),
+            "no Retry-After on an allowed response"
+        );
+        let h = limiter.check("u", "/e").await.headers();
+        assert_eq!(h["retry-after"], "61");
+        assert!(h.get("x-ratelimit-remaining").is_none());
+    }
 }
 
 contract_tests!(
+    ietf_headers_name_every_policy_and_the_one_closest_to_its_limit,
+    ietf_only_headers_leave_out_the_legacy_ones,
     shadow_mode_never_blocks_and_records_nothing_in_a_full_tier,
     a_shadow_tier_lets_through_and_the_others_still_count_and_block,
     allows_under_limit_then_denies,

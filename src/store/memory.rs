@@ -204,10 +204,16 @@ impl MemoryStore {
         let cutoff = now.saturating_sub(window);
         let cost = req.cost;
         let mut remaining = u64::MAX;
+        let mut binding = 0usize;
         let mut shadow_denied = None;
         // Which tiers record the request: all but the full shadow ones.
         let mut records = [false; 3];
-        for ((h, t), record) in held.iter_mut().zip(tiers).zip(records.iter_mut()) {
+        for (i, ((h, t), record)) in held
+            .iter_mut()
+            .zip(tiers)
+            .zip(records.iter_mut())
+            .enumerate()
+        {
             let log = h.as_mut().expect("held above").log();
             log.trim(cutoff);
             let count = log.entries.len() as u64;
@@ -230,11 +236,18 @@ impl MemoryStore {
                     });
                 }
                 shadow_denied = shadow_denied.or(Some((t.tier, retry_after)));
-                remaining = 0;
+                if remaining > 0 {
+                    remaining = 0;
+                    binding = i;
+                }
                 continue;
             }
             *record = true;
-            remaining = remaining.min(t.limit - count - cost);
+            let left = t.limit - count - cost;
+            if left < remaining {
+                remaining = left;
+                binding = i;
+            }
         }
         for (h, _) in held.iter_mut().zip(records).filter(|(_, r)| *r) {
             let log = h.as_mut().expect("held above").log();
@@ -245,8 +258,23 @@ impl MemoryStore {
                 log.entries.push_back(at);
             }
         }
+        let reset = match shadow_denied {
+            Some((tier, retry_after)) if tier == tiers[binding].tier => retry_after,
+            _ => {
+                let log = held[binding].as_mut().expect("held above").log();
+                let oldest = log.entries.front().copied().unwrap_or(now);
+                Duration::from_micros(
+                    oldest
+                        .saturating_add(window)
+                        .saturating_add(1)
+                        .saturating_sub(now),
+                )
+            }
+        };
         Ok(StoreOutcome::Admitted {
             remaining,
+            binding: tiers[binding].tier,
+            reset,
             shadow_denied,
         })
     }

@@ -60,6 +60,11 @@ pub enum StoreOutcome {
     Admitted {
         /// The smallest capacity left over the tiers, after this request.
         remaining: u64,
+        /// The tier with that smallest capacity (the first, in tier order, of equals).
+        binding: Tier,
+        /// When that tier next gains capacity: its oldest live entry leaves the window (for
+        /// a full shadow tier, when it would have room).
+        reset: Duration,
         /// The first shadow tier that was full (and so did not record the request), and when
         /// it would have had room: what enforcing it would have answered.
         shadow_denied: Option<(Tier, Duration)>,

@@ -7,8 +7,10 @@
 -- ARGV[4]     a member unique to this request (suffixed with :k for k > 1 when cost > 1)
 -- ARGV[4+i]   the limit of KEYS[i]; negative for a tier in shadow mode (it never denies)
 --
--- Returns {1, remaining, s, s_retry_us} when admitted: recorded in every tier with room, and
--- s is the first shadow tier that was full (0 if none; it does not record the request), or
+-- Returns {1, remaining, s, s_retry_us, b, b_reset_us} when admitted: recorded in every tier
+-- with room; s is the first shadow tier that was full (0 if none; it does not record the
+-- request); b is the tier with the least remaining and b_reset_us the time until its oldest
+-- entry leaves the window. Or
 -- {0, i, retry_after_us} when KEYS[i] is the first enforced tier without room (recorded
 -- nowhere).
 --
@@ -28,6 +30,7 @@ local member = ARGV[4]
 local cutoff = string.format('(%.0f', now - window)
 local remaining = -1
 local shadow_tier, shadow_retry = 0, 0
+local bind = 1
 local record = {}
 
 for i, key in ipairs(KEYS) do
@@ -48,11 +51,11 @@ for i, key in ipairs(KEYS) do
       return {0, i, retry}
     end
     if shadow_tier == 0 then shadow_tier, shadow_retry = i, retry end
-    remaining = 0
+    if remaining ~= 0 then remaining, bind = 0, i end
   else
     record[#record + 1] = key
     local left = limit - count - cost
-    if remaining < 0 or left < remaining then remaining = left end
+    if remaining < 0 or left < remaining then remaining, bind = left, i end
   end
 end
 
@@ -68,4 +71,9 @@ for _, key in ipairs(record) do
   end
   redis.call('PEXPIRE', key, ttl)
 end
-return {1, remaining, shadow_tier, shadow_retry}
+local reset = shadow_retry
+if bind ~= shadow_tier then
+  local oldest = redis.call('ZRANGE', KEYS[bind], 0, 0, 'WITHSCORES')
+  reset = tonumber(oldest[2]) + window + 1 - now
+end
+return {1, remaining, shadow_tier, shadow_retry, bind, reset}

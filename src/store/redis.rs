@@ -286,6 +286,7 @@ impl RedisStore {
     ) -> Result<StoreOutcome, StoreError> {
         let mut recorded: Vec<String> = Vec::with_capacity(req.tiers.len());
         let mut remaining = u64::MAX;
+        let (mut binding, mut reset) = (req.tiers[0].tier, Duration::ZERO);
         let mut shadow_denied = None;
         for (i, tier) in req.tiers.iter().enumerate() {
             let key = self.key(tier.tier, tier.id);
@@ -294,9 +295,13 @@ impl RedisStore {
             match parse_reply(&reply, &req.tiers[i..=i])? {
                 StoreOutcome::Admitted {
                     remaining: left,
+                    reset: tier_reset,
                     shadow_denied: shadow,
+                    ..
                 } => {
-                    remaining = remaining.min(left);
+                    if left < remaining {
+                        (remaining, binding, reset) = (left, tier.tier, tier_reset);
+                    }
                     match shadow {
                         // A full shadow tier: nothing recorded there.
                         Some(s) => shadow_denied = shadow_denied.or(Some(s)),
@@ -311,6 +316,8 @@ impl RedisStore {
         }
         Ok(StoreOutcome::Admitted {
             remaining,
+            binding,
+            reset,
             shadow_denied,
         })
     }
@@ -488,8 +495,10 @@ fn parse_reply(reply: &[i64], tiers: &[TierCheck<'_>]) -> Result<StoreOutcome, S
         ))
     };
     match *reply {
-        [1, remaining, shadow, shadow_retry_us] => Ok(StoreOutcome::Admitted {
+        [1, remaining, shadow, shadow_retry_us, binding, reset_us] => Ok(StoreOutcome::Admitted {
             remaining: u64::try_from(remaining).map_err(|_| bad())?,
+            binding: tier_at(binding).ok_or_else(bad)?,
+            reset: micros(reset_us),
             shadow_denied: match shadow {
                 0 => None,
                 i => Some((tier_at(i).ok_or_else(bad)?, micros(shadow_retry_us))),
