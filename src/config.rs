@@ -6,6 +6,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::decision::{HeaderStyle, Tier};
@@ -131,6 +133,31 @@ pub struct RateLimitConfig {
     redis: Option<RedisConfig>,
     shadow: Vec<Tier>,
     headers: HeaderStyle,
+    routes: BTreeMap<String, RouteLimits>,
+    plans: BTreeMap<String, Plan>,
+    users: BTreeMap<String, String>,
+}
+
+/// Limits of one route (by its template), replacing the defaults there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteLimits {
+    /// Requests per user per window on this route, counted in a bucket of the route's own
+    /// (`/login`: 5 a minute per user, whatever the user does elsewhere). 0 switches the user
+    /// tier off here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_limit: Option<u64>,
+    /// Requests per window on this route's endpoint key. 0 switches the tier off here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_limit: Option<u64>,
+}
+
+/// A plan: limits a user gets instead of the default ones (premium: ten times as many).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    /// Requests per user per window for users on this plan (0: not limited).
+    pub user_limit: u64,
 }
 
 impl RateLimitConfig {
@@ -180,6 +207,34 @@ impl RateLimitConfig {
         self.headers
     }
 
+    /// The overrides of one route (by template), if any.
+    #[inline]
+    pub fn route(&self, route: &str) -> Option<&RouteLimits> {
+        if self.routes.is_empty() {
+            return None;
+        }
+        self.routes.get(route)
+    }
+
+    /// A plan by name.
+    pub fn plan(&self, name: &str) -> Option<&Plan> {
+        self.plans.get(name)
+    }
+
+    /// The plan named for `user` in the config's `users` map, if any.
+    #[inline]
+    pub fn plan_of(&self, user: &str) -> Option<&Plan> {
+        if self.users.is_empty() {
+            return None;
+        }
+        self.plans.get(self.users.get(user)?)
+    }
+
+    /// Whether any plan is configured (so that user ids are looked up).
+    pub fn has_plans(&self) -> bool {
+        !self.plans.is_empty()
+    }
+
     /// Whether `tier` runs in shadow mode: decided and recorded as usual, reported in headers,
     /// metrics and the [`Decision`](crate::Decision), but never blocking.
     pub fn is_shadow(&self, tier: Tier) -> bool {
@@ -207,6 +262,9 @@ impl Default for RateLimitConfigBuilder {
                 redis: None,
                 shadow: Vec::new(),
                 headers: HeaderStyle::Legacy,
+                routes: BTreeMap::new(),
+                plans: BTreeMap::new(),
+                users: BTreeMap::new(),
             },
         }
     }
@@ -247,6 +305,25 @@ impl RateLimitConfigBuilder {
     /// The cap on keys the in-memory store tracks at once (default 1,000,000).
     pub fn max_tracked_keys(mut self, max: usize) -> Self {
         self.raw.max_tracked_keys = max;
+        self
+    }
+
+    /// Limits of their own for one route (its template, as axum matched it).
+    pub fn route(mut self, route: impl Into<String>, limits: RouteLimits) -> Self {
+        self.raw.routes.insert(route.into(), limits);
+        self
+    }
+
+    /// A plan: the user limit of the users on it.
+    pub fn plan(mut self, name: impl Into<String>, user_limit: u64) -> Self {
+        self.raw.plans.insert(name.into(), Plan { user_limit });
+        self
+    }
+
+    /// Puts `user` on the plan `plan` (see also the limiter's
+    /// [`plan_resolver`](crate::RateLimiterBuilder::plan_resolver)).
+    pub fn user_plan(mut self, user: impl Into<String>, plan: impl Into<String>) -> Self {
+        self.raw.users.insert(user.into(), plan.into());
         self
     }
 
@@ -365,6 +442,14 @@ pub enum ConfigError {
     /// A Redis timeout is zero.
     #[error("{0}: must be greater than zero")]
     ZeroTimeout(&'static str),
+    /// A user is put on a plan that is not defined.
+    #[error("users.{user}: plan {plan:?} is not defined in plans")]
+    UnknownPlan {
+        /// The user id.
+        user: String,
+        /// The plan named.
+        plan: String,
+    },
     /// The recovery's longest backoff is shorter than its first.
     #[error("redis.recovery.max_backoff: must be at least redis.recovery.initial_backoff")]
     BackoffBelowInitial,
@@ -384,6 +469,7 @@ impl ConfigError {
             Self::InvalidRedisUrl(_) | Self::RedisFeatureDisabled => "redis.url",
             Self::ZeroTimeout(field) => field,
             Self::BackoffBelowInitial => "redis.recovery.max_backoff",
+            Self::UnknownPlan { .. } => "users",
         }
     }
 }
@@ -412,6 +498,15 @@ struct RawConfig {
     /// `headers = "legacy" | "ietf" | "both"`.
     #[serde(default)]
     headers: HeaderStyle,
+    /// `[routes."/login"] user_limit = 5`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    routes: BTreeMap<String, RouteLimits>,
+    /// `[plans.premium] user_limit = 500`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    plans: BTreeMap<String, Plan>,
+    /// `[users] alice = "premium"`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    users: BTreeMap<String, String>,
 }
 
 fn default_prefix() -> String {
@@ -442,6 +537,30 @@ impl TryFrom<RawConfig> for RateLimitConfig {
                 return Err(ConfigError::LimitTooLarge { field, value });
             }
         }
+        for limits in raw.routes.values() {
+            for (field, value) in [
+                ("routes.user_limit", limits.user_limit),
+                ("routes.endpoint_limit", limits.endpoint_limit),
+            ] {
+                if let Some(value) = value.filter(|&v| v > MAX_LIMIT) {
+                    return Err(ConfigError::LimitTooLarge { field, value });
+                }
+            }
+        }
+        for plan in raw.plans.values() {
+            if plan.user_limit > MAX_LIMIT {
+                return Err(ConfigError::LimitTooLarge {
+                    field: "plans.user_limit",
+                    value: plan.user_limit,
+                });
+            }
+        }
+        if let Some((user, plan)) = raw.users.iter().find(|(_, p)| !raw.plans.contains_key(*p)) {
+            return Err(ConfigError::UnknownPlan {
+                user: user.clone(),
+                plan: plan.clone(),
+            });
+        }
         validate_prefix(&raw.key_prefix)?;
         if raw.max_tracked_keys == 0 {
             return Err(ConfigError::ZeroMaxTrackedKeys);
@@ -459,6 +578,9 @@ impl TryFrom<RawConfig> for RateLimitConfig {
             redis: raw.redis,
             shadow: raw.shadow,
             headers: raw.headers,
+            routes: raw.routes,
+            plans: raw.plans,
+            users: raw.users,
         })
     }
 }
@@ -475,6 +597,9 @@ impl From<RateLimitConfig> for RawConfig {
             redis: c.redis,
             shadow: c.shadow,
             headers: c.headers,
+            routes: c.routes,
+            plans: c.plans,
+            users: c.users,
         }
     }
 }

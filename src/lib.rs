@@ -17,7 +17,8 @@ pub mod store;
 pub use crate::client_ip::{IpNet, ParseIpNetError};
 pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use crate::config::{
-    ConfigError, RateLimitConfig, RateLimitConfigBuilder, Recovery, RedisConfig, TimeSource,
+    ConfigError, Plan, RateLimitConfig, RateLimitConfigBuilder, Recovery, RedisConfig, RouteLimits,
+    TimeSource,
 };
 pub use crate::decision::{
     Decision, HeaderStyle, Tier, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_REMAINING,

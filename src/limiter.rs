@@ -55,8 +55,8 @@ impl<'a> CheckRequest<'a> {
 
 /// The encoded key parts of one request, before they are borrowed into [`TierCheck`]s.
 struct Keys<'a> {
-    user: Option<Cow<'a, str>>,
-    endpoint: Option<Cow<'a, str>>,
+    user: Option<(Cow<'a, str>, u64)>,
+    endpoint: Option<(Cow<'a, str>, u64)>,
 }
 
 const NO_TIER: TierCheck<'static> = TierCheck {
@@ -67,20 +67,40 @@ const NO_TIER: TierCheck<'static> = TierCheck {
 };
 
 impl<'a> Keys<'a> {
+    /// The key parts and limits of a request: the route's overrides first, then the user's
+    /// plan (`plan`: its user limit), then the defaults.
     #[inline]
-    fn new(config: &RateLimitConfig, request: CheckRequest<'a>) -> Self {
+    fn new(config: &RateLimitConfig, request: CheckRequest<'a>, plan: Option<u64>) -> Self {
+        let route = request.endpoint.and_then(|r| config.route(r));
+        let route_user_limit = route.and_then(|r| r.user_limit);
+        let user_limit = route_user_limit
+            .or(plan)
+            .unwrap_or_else(|| config.user_limit());
         let user = match request.user {
-            _ if config.user_limit() == 0 => None,
+            _ if user_limit == 0 => None,
             UserKey::Id(id) => Some(encode_id(id)),
             UserKey::Ip(ip) => Some(Cow::Owned(encode_ip(ip))),
             UserKey::Anonymous => None,
         };
+        // A route with a user limit of its own counts users in buckets of its own:
+        // `<user>@<route>`. Encoded parts never hold `@` (addresses start with it), so the
+        // last `@` splits the key unambiguously.
+        let user = match (user, route_user_limit, request.endpoint) {
+            (Some(u), Some(_), Some(r)) => Some(Cow::Owned(format!("{u}@{}", encode_id(r)))),
+            (user, ..) => user,
+        };
+        let endpoint_limit = route
+            .and_then(|r| r.endpoint_limit)
+            .unwrap_or_else(|| config.endpoint_limit());
         let endpoint = match request.endpoint {
-            _ if config.endpoint_limit() == 0 => None,
+            _ if endpoint_limit == 0 => None,
             Some(route) => Some(encode_id(route)),
             None => Some(Cow::Borrowed(UNMATCHED_ENDPOINT)),
         };
-        Self { user, endpoint }
+        Self {
+            user: user.map(|u| (u, user_limit)),
+            endpoint: endpoint.map(|e| (e, endpoint_limit)),
+        }
     }
 
     /// Fills `tiers` with the enabled tiers, most specific first; `None` when none applies.
@@ -99,11 +119,11 @@ impl<'a> Keys<'a> {
             };
             n += 1;
         };
-        if let Some(id) = &self.user {
-            push(Tier::User, id, config.user_limit());
+        if let Some((id, limit)) = &self.user {
+            push(Tier::User, id, *limit);
         }
-        if let Some(id) = &self.endpoint {
-            push(Tier::Endpoint, id, config.endpoint_limit());
+        if let Some((id, limit)) = &self.endpoint {
+            push(Tier::Endpoint, id, *limit);
         }
         if config.global_limit() > 0 {
             push(Tier::Global, "", config.global_limit());
@@ -191,6 +211,39 @@ struct Inner {
     config: RateLimitConfig,
     clock: Arc<dyn Clock>,
     store: StoreKind,
+    plans: Option<PlanResolver>,
+}
+
+/// Resolves user ids to plans through the user's closure, caching each answer for a while.
+struct PlanResolver {
+    resolve: Arc<dyn Fn(&str) -> Option<String> + Send + Sync>,
+    /// user id → (the plan's user limit, or none; until when, in µs of the limiter's clock).
+    cache: dashmap::DashMap<Box<str>, (Option<u64>, u64), ahash::RandomState>,
+    ttl: Duration,
+}
+
+/// At most this many user ids are cached; a full cache is emptied.
+const PLAN_CACHE_MAX: usize = 100_000;
+
+impl PlanResolver {
+    fn limit(&self, id: &str, config: &RateLimitConfig, now: Duration) -> Option<u64> {
+        let now_us = crate::clock::saturating_micros(now);
+        if let Some(hit) = self.cache.get(id) {
+            let (limit, until) = *hit;
+            if now_us < until {
+                return limit;
+            }
+        }
+        let limit = (self.resolve)(id)
+            .and_then(|plan| config.plan(&plan))
+            .map(|plan| plan.user_limit);
+        if self.cache.len() >= PLAN_CACHE_MAX {
+            self.cache.clear();
+        }
+        let until = now_us.saturating_add(crate::clock::saturating_micros(self.ttl));
+        self.cache.insert(Box::from(id), (limit, until));
+        limit
+    }
 }
 
 /// An exact three-tier sliding-window rate limiter.
@@ -273,6 +326,7 @@ impl RateLimiter {
             clock: Arc::new(SystemClock),
             store: None,
             listener: None,
+            plans: None,
         }
     }
 
@@ -330,8 +384,9 @@ impl RateLimiter {
             return None;
         };
         let config = &self.inner.config;
-        let keys = Keys::new(config, request);
-        let decision = keys.with_request(self.inner.clock.now(), config, |req| {
+        let now = self.inner.clock.now();
+        let keys = Keys::new(config, request, self.plan_limit(request.user, now));
+        let decision = keys.with_request(now, config, |req| {
             decide(store.check_sync(req), "memory")
                 .with_policies(policies(config, req), config.headers())
         });
@@ -342,13 +397,14 @@ impl RateLimiter {
 
     async fn check_remote(&self, request: CheckRequest<'_>) -> Decision {
         let config = &self.inner.config;
-        let keys = Keys::new(config, request);
+        let now = self.inner.clock.now();
+        let keys = Keys::new(config, request, self.plan_limit(request.user, now));
         let mut tiers = [NO_TIER; 3];
         let Some(n) = keys.fill(config, &mut tiers) else {
             return Decision::unlimited();
         };
         let store_request = StoreRequest {
-            now: self.inner.clock.now(),
+            now,
             window: config.window(),
             cost: 1,
             tiers: &tiers[..n],
@@ -365,6 +421,24 @@ impl RateLimiter {
             .with_policies(policies(config, &store_request), config.headers());
         observe::record(&decision);
         decision
+    }
+
+    /// The user limit of `user`'s plan: the config's `users` map first, then the resolver
+    /// (cached); `None` for the default limit.
+    #[inline]
+    fn plan_limit(&self, user: UserKey<'_>, now: Duration) -> Option<u64> {
+        let UserKey::Id(id) = user else {
+            return None;
+        };
+        let config = &self.inner.config;
+        if !config.has_plans() {
+            return None;
+        }
+        if let Some(plan) = config.plan_of(id) {
+            return Some(plan.user_limit);
+        }
+        let resolver = self.inner.plans.as_ref()?;
+        resolver.limit(id, config, now)
     }
 
     /// Forgets everything recorded for `user` (to lift a block by hand).
@@ -397,6 +471,7 @@ pub struct RateLimiterBuilder {
     clock: Arc<dyn Clock>,
     store: Option<StoreKind>,
     listener: Option<Arc<dyn Fn(Backend) + Send + Sync>>,
+    plans: Option<PlanResolver>,
 }
 
 impl fmt::Debug for RateLimiterBuilder {
@@ -428,6 +503,23 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// Resolve user ids to plan names (defined in the config's `plans`) with `resolve` — a
+    /// lookup in your own user table, say. Each answer is cached for `ttl` (at most 100,000
+    /// users at once). The config's `users` map, if it names the user, comes first; an
+    /// unknown plan, or `None`, means the default user limit.
+    pub fn plan_resolver(
+        mut self,
+        ttl: Duration,
+        resolve: impl Fn(&str) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.plans = Some(PlanResolver {
+            resolve: Arc::new(resolve),
+            cache: dashmap::DashMap::default(),
+            ttl,
+        });
+        self
+    }
+
     /// Use your own [`Store`].
     pub fn store(mut self, store: impl Store) -> Self {
         self.store = Some(StoreKind::Custom(Box::new(store)));
@@ -445,6 +537,7 @@ impl RateLimiterBuilder {
                 config: self.config,
                 clock: self.clock,
                 store,
+                plans: self.plans,
             }),
         }
     }

@@ -698,3 +698,67 @@ fn default_store_and_config_defaults() {
     });
     assert_eq!(store.tracked_keys(), 1);
 }
+
+// ------------------------------------------------------------------ plans by resolver
+
+#[tokio::test]
+async fn a_plan_resolver_is_asked_once_per_user_and_ttl() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counter = asked.clone();
+    let clock = ManualClock::at(T0);
+    let config = limits(1, 0, 0, MINUTE)
+        .plan("premium", 3)
+        .user_plan("listed", "premium")
+        .build()
+        .unwrap();
+    let limiter = RateLimiter::builder(config)
+        .clock(clock.clone())
+        .plan_resolver(Duration::from_secs(30), move |user| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            user.starts_with("p-").then(|| "premium".to_owned())
+        })
+        .build();
+    let mut admitted = 0;
+    for _ in 0..5 {
+        admitted += usize::from(limiter.check("p-1", "/").await.allowed());
+    }
+    assert_eq!(admitted, 3, "premium through the resolver");
+    assert_eq!(asked.load(Ordering::SeqCst), 1, "cached");
+    assert!(limiter.check("free", "/").await.allowed());
+    assert!(
+        !limiter.check("free", "/").await.allowed(),
+        "default limit 1"
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), 2);
+    // The config's map comes first: no call for a listed user.
+    for _ in 0..3 {
+        assert!(limiter.check("listed", "/").await.allowed());
+    }
+    assert_eq!(asked.load(Ordering::SeqCst), 2);
+    // Past the TTL the resolver is asked again.
+    clock.advance(Duration::from_secs(31));
+    limiter.check("p-1", "/").await;
+    assert_eq!(asked.load(Ordering::SeqCst), 3);
+}
+
+#[test]
+fn overrides_come_from_the_config_file_and_are_validated() {
+    let text = r#"
+        window = "1m"
+        user_limit = 50
+        [routes."/login"]
+        user_limit = 5
+        [plans.premium]
+        user_limit = 500
+        [users]
+        alice = "premium"
+    "#;
+    let config: tiered_ratelimit::RateLimitConfig = toml::from_str(text).unwrap();
+    assert_eq!(config.route("/login").unwrap().user_limit, Some(5));
+    assert_eq!(config.plan_of("alice").unwrap().user_limit, 500);
+    assert!(config.plan_of("bob").is_none());
+    let bad = "window = \"1m\"\n[users]\nalice = \"gold\"\n";
+    let e = toml::from_str::<tiered_ratelimit::RateLimitConfig>(bad).unwrap_err();
+    assert!(e.to_string().contains("users.alice"), "{e}");
+}

@@ -1138,9 +1138,51 @@ mod contract {
         assert_eq!(h["retry-after"], "61");
         assert!(h.get("x-ratelimit-remaining").is_none());
     }
+
+    pub async fn a_route_carries_its_own_user_and_endpoint_limits(b: TestBackend) {
+        use tiered_ratelimit::RouteLimits;
+        let clock = ManualClock::at(Duration::from_secs(1_000));
+        let login = RouteLimits {
+            user_limit: Some(2),
+            endpoint_limit: Some(3),
+        };
+        let config = limits(50, 100, 0, MINUTE).route("/login", login);
+        let limiter = b.limiter(config, &clock).await;
+        assert!(limiter.check("alice", "/login").await.allowed());
+        let d = limiter.check("alice", "/login").await;
+        assert_eq!(d.remaining(), 0, "2 per user on /login");
+        let d = limiter.check("alice", "/login").await;
+        assert_eq!(d.blocked_by(), Some(Tier::User));
+        // /login has a bucket of its own: the general one was not charged.
+        assert_eq!(limiter.check("alice", "/items").await.remaining(), 49);
+        // /login's endpoint limit is 3: alice's two, then one more from anyone.
+        assert!(limiter.check("bob", "/login").await.allowed());
+        let d = limiter.check("carol", "/login").await;
+        assert_eq!(d.blocked_by(), Some(Tier::Endpoint));
+        assert!(limiter.check("carol", "/items").await.allowed());
+        assert_eq!(limiter.backend(), b.expected_backend());
+    }
+
+    pub async fn users_on_a_plan_get_its_user_limit(b: TestBackend) {
+        let clock = ManualClock::at(Duration::from_secs(1_000));
+        let config = limits(2, 0, 0, MINUTE)
+            .plan("premium", 5)
+            .user_plan("alice", "premium");
+        let limiter = b.limiter(config, &clock).await;
+        let mut alice = 0;
+        let mut bob = 0;
+        for _ in 0..8 {
+            alice += usize::from(limiter.check("alice", "/").await.allowed());
+            bob += usize::from(limiter.check("bob", "/").await.allowed());
+        }
+        assert_eq!((alice, bob), (5, 2));
+        assert_eq!(limiter.backend(), b.expected_backend());
+    }
 }
 
 contract_tests!(
+    a_route_carries_its_own_user_and_endpoint_limits,
+    users_on_a_plan_get_its_user_limit,
     ietf_headers_name_every_policy_and_the_one_closest_to_its_limit,
     ietf_only_headers_leave_out_the_legacy_ones,
     shadow_mode_never_blocks_and_records_nothing_in_a_full_tier,
