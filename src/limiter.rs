@@ -214,9 +214,11 @@ struct Inner {
     plans: Option<PlanResolver>,
 }
 
+type ResolveFn = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
 /// Resolves user ids to plans through the user's closure, caching each answer for a while.
 struct PlanResolver {
-    resolve: Arc<dyn Fn(&str) -> Option<String> + Send + Sync>,
+    resolve: ResolveFn,
     /// user id → (the plan's user limit, or none; until when, in µs of the limiter's clock).
     cache: dashmap::DashMap<Box<str>, (Option<u64>, u64), ahash::RandomState>,
     ttl: Duration,
