@@ -112,6 +112,9 @@ pub struct Decision {
     pub(crate) binding: Option<(Tier, Duration)>,
     pub(crate) policies: Policies,
     pub(crate) style: HeaderStyle,
+    /// The request's cost, and the blocking tier's limit when the cost is above it.
+    pub(crate) cost: u64,
+    pub(crate) cost_limit: Option<u64>,
 }
 
 impl Decision {
@@ -126,6 +129,8 @@ impl Decision {
             binding: None,
             policies: Policies::default(),
             style: HeaderStyle::Legacy,
+            cost: 1,
+            cost_limit: None,
         }
     }
 
@@ -146,6 +151,8 @@ impl Decision {
             binding: Some((tier, retry_after)),
             policies: Policies::default(),
             style: HeaderStyle::Legacy,
+            cost: 1,
+            cost_limit: None,
         }
     }
 
@@ -162,6 +169,8 @@ impl Decision {
             binding: Some((tier, retry_after)),
             policies: Policies::default(),
             style: HeaderStyle::Legacy,
+            cost: 1,
+            cost_limit: None,
         }
     }
 
@@ -170,6 +179,20 @@ impl Decision {
     pub(crate) fn with_binding(mut self, tier: Tier, reset: Duration) -> Self {
         if self.binding.is_none() {
             self.binding = Some((tier, reset));
+        }
+        self
+    }
+
+    /// The request's cost; when the blocking tier's limit is below it, that is the reason.
+    #[inline]
+    pub(crate) fn with_cost(mut self, req: &crate::store::StoreRequest<'_>) -> Self {
+        self.cost = req.cost;
+        if let Some(tier) = self.blocked_by {
+            self.cost_limit = req
+                .tiers
+                .iter()
+                .find(|t| t.tier == tier && t.limit < req.cost)
+                .map(|t| t.limit);
         }
         self
     }
@@ -221,6 +244,20 @@ impl Decision {
     #[inline]
     pub fn blocked_by(&self) -> Option<Tier> {
         self.blocked_by
+    }
+
+    /// Whether the request was denied because its cost is above the blocking tier's limit: it
+    /// can never be admitted, however long the client waits (`Retry-After` then says one
+    /// window).
+    #[inline]
+    pub fn cost_exceeds_limit(&self) -> bool {
+        self.cost_limit.is_some()
+    }
+
+    /// The units the request spent (or would have): 1 unless checked with a cost.
+    #[inline]
+    pub fn cost(&self) -> u64 {
+        self.cost
     }
 
     /// The shadow-mode tier that would have denied this (allowed) request, if any.

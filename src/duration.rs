@@ -65,7 +65,7 @@ impl fmt::Display for Human {
             ("s", 1_000_000),
             ("ms", 1_000),
         ] {
-            if micros != 0 && micros % size == 0 {
+            if micros != 0 && micros.is_multiple_of(size) {
                 return write!(f, "{}{unit}", micros / size);
             }
         }

@@ -23,6 +23,7 @@ use crate::limiter::{CheckRequest, RateLimiter, UserKey};
 
 type PartsFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 type RejectFn = Arc<dyn Fn(&Decision) -> Response<Bytes> + Send + Sync>;
+type CostFn = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
 
 /// Applies a [`RateLimiter`] to every request of the wrapped service.
 ///
@@ -76,6 +77,7 @@ pub struct RateLimitLayer {
     endpoint: Option<PartsFn>,
     client_ip: Arc<ClientIpRule>,
     rejection: Option<RejectFn>,
+    cost: Option<CostFn>,
 }
 
 impl fmt::Debug for RateLimitLayer {
@@ -86,6 +88,7 @@ impl fmt::Debug for RateLimitLayer {
             .field("endpoint", &self.endpoint.as_ref().map(|_| "closure"))
             .field("client_ip", &self.client_ip)
             .field("rejection", &self.rejection.as_ref().map(|_| "closure"))
+            .field("cost", &self.cost.as_ref().map(|_| "closure"))
             .finish()
     }
 }
@@ -104,7 +107,32 @@ impl RateLimitLayer {
             endpoint: None,
             client_ip: Arc::default(),
             rejection: None,
+            cost: None,
         }
+    }
+
+    /// How many units a request spends (default 1), from its method, route, declared body
+    /// size, ... A cost above a tier's limit is denied with a problem body that says so.
+    ///
+    /// ```
+    /// # use tiered_ratelimit::{RateLimitConfig, RateLimitLayer};
+    /// # let config = RateLimitConfig::builder().user_limit(1000).build().unwrap();
+    /// // One unit per started KiB of declared body, at least 1.
+    /// let layer = RateLimitLayer::new(config).cost(|parts| {
+    ///     let bytes = parts
+    ///         .headers
+    ///         .get(http::header::CONTENT_LENGTH)
+    ///         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+    ///         .unwrap_or(0);
+    ///     bytes.div_ceil(1024).max(1)
+    /// });
+    /// ```
+    pub fn cost<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Parts) -> u64 + Send + Sync + 'static,
+    {
+        self.cost = Some(Arc::new(f));
+        self
     }
 
     /// Replaces the 429 response. The layer still adds the rate-limit headers to what `f`
@@ -294,6 +322,7 @@ where
             None
         };
         let endpoint = self.layer.endpoint_of(&parts);
+        let cost = self.layer.cost.as_ref().map_or(1, |f| f(&parts));
         let request = Request::from_parts(parts, body);
         let span = tracing::debug_span!(
             "rate_limit",
@@ -301,7 +330,7 @@ where
             decision = tracing::field::Empty
         );
         // In memory the decision is made here and now: no boxed future, no service clone.
-        let check = CheckRequest::new(user_key(&user_id, ip), endpoint.as_str());
+        let check = CheckRequest::new(user_key(&user_id, ip), endpoint.as_str()).with_cost(cost);
         let decided = span.in_scope(|| self.layer.limiter.check_now(check));
         if let Some(decision) = decided {
             record_on(&span, &decision);
@@ -319,7 +348,9 @@ where
         let recorder = span.clone();
         let future = async move {
             let decision = limiter
-                .check_request(CheckRequest::new(user_key(&user_id, ip), endpoint.as_str()))
+                .check_request(
+                    CheckRequest::new(user_key(&user_id, ip), endpoint.as_str()).with_cost(cost),
+                )
                 .await;
             record_on(&recorder, &decision);
             if !decision.allowed() {
@@ -367,10 +398,19 @@ fn reject<B>(decision: &Decision, custom: Option<&RejectFn>) -> Response<Respons
 fn problem(decision: &Decision) -> Response<Bytes> {
     let tier = decision.blocked_by().map_or("rate", |t| t.as_str());
     let retry = decision.retry_after_secs();
+    let detail = match decision.cost_limit {
+        Some(limit) => format!(
+            "This request costs {} units, more than the {tier} limit of {limit}: \
+             it can never be admitted.",
+            decision.cost()
+        ),
+        None => format!("The {tier} rate limit is reached; retry after {retry} s."),
+    };
     let body = format!(
         "{{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\
-         \"detail\":\"The {tier} rate limit is reached; retry after {retry} s.\",\
-         \"policy\":\"{tier}\",\"retry_after\":{retry}}}"
+         \"detail\":\"{detail}\",\"policy\":\"{tier}\",\"retry_after\":{retry},\
+         \"cost\":{}}}",
+        decision.cost()
     );
     let mut response = Response::new(Bytes::from(body));
     *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
@@ -474,8 +514,10 @@ impl<B> ResponseBody<B> {
     }
 
     fn rejection(data: Bytes) -> Self {
+        // An empty body is at its end at once (a header-only response, as gRPC statuses are).
+        let data = (!data.is_empty()).then_some(data);
         Self {
-            kind: Kind::Rejection { data: Some(data) },
+            kind: Kind::Rejection { data },
         }
     }
 }

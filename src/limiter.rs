@@ -29,7 +29,7 @@ pub enum UserKey<'a> {
     Anonymous,
 }
 
-/// One request to check: who, and which endpoint.
+/// One request to check: who, which endpoint, and how many units it spends.
 ///
 /// ```
 /// use tiered_ratelimit::{CheckRequest, UserKey};
@@ -42,14 +42,27 @@ pub enum UserKey<'a> {
 pub struct CheckRequest<'a> {
     user: UserKey<'a>,
     endpoint: Option<&'a str>,
+    cost: u64,
 }
 
 impl<'a> CheckRequest<'a> {
     /// A request from `user` to `endpoint`: a route template, or `None` when no route matched
-    /// (all such requests share one fixed endpoint key).
+    /// (all such requests share one fixed endpoint key). It costs one unit.
     #[inline]
     pub fn new(user: UserKey<'a>, endpoint: Option<&'a str>) -> Self {
-        Self { user, endpoint }
+        Self {
+            user,
+            endpoint,
+            cost: 1,
+        }
+    }
+
+    /// The units this request spends in every tier (at least 1: 0 counts as 1). A request is
+    /// one entry whatever its cost, in memory and in Redis.
+    #[inline]
+    pub fn with_cost(mut self, cost: u64) -> Self {
+        self.cost = cost.max(1);
+        self
     }
 }
 
@@ -57,6 +70,7 @@ impl<'a> CheckRequest<'a> {
 struct Keys<'a> {
     user: Option<(Cow<'a, str>, u64)>,
     endpoint: Option<(Cow<'a, str>, u64)>,
+    cost: u64,
 }
 
 const NO_TIER: TierCheck<'static> = TierCheck {
@@ -100,6 +114,7 @@ impl<'a> Keys<'a> {
         Self {
             user: user.map(|u| (u, user_limit)),
             endpoint: endpoint.map(|e| (e, endpoint_limit)),
+            cost: request.cost,
         }
     }
 
@@ -143,7 +158,7 @@ impl<'a> Keys<'a> {
         Some(f(&StoreRequest {
             now,
             window: config.window(),
-            cost: 1,
+            cost: self.cost,
             tiers: &tiers[..n],
         }))
     }
@@ -360,6 +375,19 @@ impl RateLimiter {
         self.check_request(CheckRequest::new(UserKey::Id(user), Some(endpoint)))
     }
 
+    /// Checks one request that spends `cost` units (a batch, a large upload) in every tier,
+    /// and records it if allowed. A cost above a tier's limit can never be admitted: it is
+    /// denied, with [`Decision::cost_exceeds_limit`] set.
+    #[inline]
+    pub fn check_n<'a>(
+        &'a self,
+        user: &'a str,
+        endpoint: &'a str,
+        cost: u64,
+    ) -> impl Future<Output = Decision> + Send + 'a {
+        self.check_request(CheckRequest::new(UserKey::Id(user), Some(endpoint)).with_cost(cost))
+    }
+
     /// Checks one request, and records it if allowed.
     ///
     /// Never fails: a failing Redis store falls back to memory for this request and every later
@@ -391,6 +419,7 @@ impl RateLimiter {
         let decision = keys.with_request(now, config, |req| {
             decide(store.check_sync(req), "memory")
                 .with_policies(policies(config, req), config.headers())
+                .with_cost(req)
         });
         let decision = decision.unwrap_or_else(Decision::unlimited);
         observe::record(&decision);
@@ -408,7 +437,7 @@ impl RateLimiter {
         let store_request = StoreRequest {
             now,
             window: config.window(),
-            cost: 1,
+            cost: keys.cost,
             tiers: &tiers[..n],
         };
         let started = std::time::Instant::now();
@@ -420,7 +449,8 @@ impl RateLimiter {
         };
         observe::store_duration(backend, started.elapsed().as_secs_f64());
         let decision = decide(outcome, backend)
-            .with_policies(policies(config, &store_request), config.headers());
+            .with_policies(policies(config, &store_request), config.headers())
+            .with_cost(&store_request);
         observe::record(&decision);
         decision
     }

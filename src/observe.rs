@@ -45,6 +45,7 @@ pub(crate) fn store_error(backend: &'static str) {
     metrics::counter!(STORE_ERRORS_TOTAL, "backend" => backend).increment(1);
 }
 
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) fn fallback() {
     metrics::counter!(FALLBACKS_TOTAL).increment(1);
 }
@@ -53,6 +54,7 @@ pub(crate) fn store_duration(backend: &'static str, seconds: f64) {
     metrics::histogram!(STORE_DURATION_SECONDS, "backend" => backend).record(seconds);
 }
 
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) fn recovered() {
     metrics::counter!(RECOVERIES_TOTAL).increment(1);
 }

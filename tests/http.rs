@@ -658,3 +658,42 @@ async fn ietf_headers_over_http() {
     assert!(value.starts_with("\"user\";r=1;t="), "{value}");
     assert!(h.get("x-ratelimit-remaining").is_none());
 }
+
+#[tokio::test]
+async fn the_layer_takes_the_cost_from_a_closure_and_explains_a_cost_over_the_limit() {
+    // One unit per started KiB of declared body, at least 1.
+    let layer = RateLimitLayer::new(config(4, 0, 0)).cost(|parts| {
+        let bytes = parts
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+            .unwrap_or(0);
+        bytes.div_ceil(1024).max(1)
+    });
+    let app = items_router().route_layer(header_user_id(layer));
+    let base = serve(app, false).await;
+    let client = reqwest::Client::new();
+    let url = format!("{base}/api/v1/items");
+    let post = |kib: usize| {
+        client
+            .post(&url)
+            .header("x-user-id", "c")
+            .body(vec![b'x'; kib * 1024])
+            .send()
+    };
+    let r = post(3).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["x-ratelimit-remaining"], "1");
+    let r = post(2).await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let r = post(5).await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let problem: serde_json::Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+    assert_eq!(problem["cost"], 5);
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("costs 5 units, more than the user limit of 4"),
+        "{detail}"
+    );
+    assert_eq!(post(1).await.unwrap().status(), StatusCode::OK);
+}

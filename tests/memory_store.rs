@@ -622,12 +622,16 @@ async fn store_trait_checks_costs_and_rejects_duplicate_tiers() {
         StoreOutcome::Admitted {
             remaining: 2,
             binding: Tier::User,
-            reset: MINUTE + US, // the three entries at T0 leave a window (and 1 µs) later
+            reset: MINUTE + US, // the three units at T0 leave a window (and 1 µs) later
             shadow_denied: None,
         }
     );
-    assert_eq!(store.entries(Tier::User, "alice"), 3);
-    // Another 3 do not fit in 5: room comes when the first of the three entries expires.
+    assert_eq!(
+        store.entries(Tier::User, "alice"),
+        1,
+        "a request is one entry, whatever its cost"
+    );
+    // Another 3 do not fit in 5: room comes when the three units of T0 expire.
     assert_eq!(
         Store::check(&store, &request(T0 + secs(10), 3))
             .await
@@ -647,8 +651,8 @@ async fn store_trait_checks_costs_and_rejects_duplicate_tiers() {
             retry_after: MINUTE,
         }
     );
-    assert_eq!(store.entries(Tier::User, "alice"), 3);
-    assert_eq!(store.entries(Tier::Global, ""), 3);
+    assert_eq!(store.entries(Tier::User, "alice"), 1);
+    assert_eq!(store.entries(Tier::Global, ""), 1);
     assert_eq!(
         Store::check(&store, &request(T0 + secs(10), 2))
             .await
@@ -669,7 +673,11 @@ async fn store_trait_checks_costs_and_rejects_duplicate_tiers() {
         tiers: &duplicate,
     };
     assert!(Store::check(&store, &bad).await.is_err());
-    assert_eq!(store.entries(Tier::User, "alice"), 5);
+    assert_eq!(
+        store.entries(Tier::User, "alice"),
+        2,
+        "two requests (3 + 2 units)"
+    );
 
     Store::reset(&store, Tier::User, "alice").await.unwrap();
     assert_eq!(store.entries(Tier::User, "alice"), 0);

@@ -1178,9 +1178,70 @@ mod contract {
         assert_eq!((alice, bob), (5, 2));
         assert_eq!(limiter.backend(), b.expected_backend());
     }
+
+    pub async fn a_request_can_spend_several_units(b: TestBackend) {
+        let clock = ManualClock::at(Duration::from_secs(1_000));
+        let limiter = b.limiter(limits(10, 0, 0, MINUTE), &clock).await;
+        assert_eq!(limiter.check_n("u", "/", 4).await.remaining(), 6);
+        clock.advance(Duration::from_secs(10));
+        assert_eq!(limiter.check_n("u", "/", 4).await.remaining(), 2);
+        clock.advance(Duration::from_secs(10));
+        // 8 + 3 > 10: one unit must expire, and the first to go are t0's four.
+        let d = limiter.check_n("u", "/", 3).await;
+        assert_eq!(d.blocked_by(), Some(Tier::User));
+        assert!(!d.cost_exceeds_limit());
+        assert_eq!(d.retry_after(), Duration::from_secs(40) + US);
+        // Denied requests spend nothing: 2 still fit.
+        let d = limiter.check_n("u", "/", 2).await;
+        assert_eq!((d.allowed(), d.remaining()), (true, 0));
+        // After t0's four expire: 4 + 2 recorded, 4 more fit.
+        clock.advance(Duration::from_secs(41));
+        assert_eq!(limiter.check_n("u", "/", 4).await.remaining(), 0);
+        assert_eq!(limiter.backend(), b.expected_backend());
+    }
+
+    pub async fn unit_and_costly_requests_mix(b: TestBackend) {
+        let clock = ManualClock::at(Duration::from_secs(1_000));
+        let limiter = b.limiter(limits(10, 0, 20, MINUTE), &clock).await;
+        for _ in 0..3 {
+            limiter.check("u", "/").await;
+            clock.advance(SEC);
+        }
+        assert_eq!(limiter.check_n("u", "/", 5).await.remaining(), 2);
+        clock.advance(SEC);
+        assert_eq!(limiter.check("u", "/").await.remaining(), 1);
+        assert_eq!(limiter.check("u", "/").await.remaining(), 0);
+        // Full: the first unit entry (t0) frees the next unit.
+        let d = limiter.check("u", "/").await;
+        assert_eq!(d.retry_after(), Duration::from_secs(56) + US);
+        // Three units need the three unit entries to go: the third was at t0 + 2 s.
+        let d = limiter.check_n("u", "/", 3).await;
+        assert_eq!(d.retry_after(), Duration::from_secs(58) + US);
+        // Six need the five-unit entry too (t0 + 3 s).
+        let d = limiter.check_n("u", "/", 6).await;
+        assert_eq!(d.retry_after(), Duration::from_secs(59) + US);
+        assert_eq!(limiter.backend(), b.expected_backend());
+    }
+
+    pub async fn a_cost_above_the_limit_is_denied_and_says_why(b: TestBackend) {
+        let clock = ManualClock::at(Duration::from_secs(1_000));
+        let limiter = b.limiter(limits(5, 0, 100, MINUTE), &clock).await;
+        let d = limiter.check_n("u", "/", 6).await;
+        assert_eq!(d.blocked_by(), Some(Tier::User));
+        assert!(d.cost_exceeds_limit());
+        assert_eq!(d.cost(), 6);
+        assert_eq!(d.retry_after(), MINUTE);
+        // Nothing was spent anywhere.
+        let d = limiter.check_n("u", "/", 5).await;
+        assert_eq!((d.allowed(), d.remaining()), (true, 0));
+        assert_eq!(limiter.backend(), b.expected_backend());
+    }
 }
 
 contract_tests!(
+    a_request_can_spend_several_units,
+    unit_and_costly_requests_mix,
+    a_cost_above_the_limit_is_denied_and_says_why,
     a_route_carries_its_own_user_and_endpoint_limits,
     users_on_a_plan_get_its_user_limit,
     ietf_headers_name_every_policy_and_the_one_closest_to_its_limit,
@@ -1247,6 +1308,26 @@ mod redis_only {
 
     fn server(b: &TestBackend) -> &RedisServer {
         b.server().expect("a Redis backend")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_costly_request_is_one_member_and_one_short_script() {
+        let b = TestBackend::redis();
+        let clock = ManualClock::at(Duration::from_secs(1_000));
+        let limiter = b.limiter(limits(1_000_000, 0, 0, MINUTE), &clock).await;
+        let before = server(&b).command_calls("zadd");
+        assert_eq!(
+            limiter.check_n("u", "/", 250_000).await.remaining(),
+            750_000
+        );
+        assert_eq!(limiter.check_n("u", "/", 750_000).await.remaining(), 0);
+        assert_eq!(server(&b).cli(&["ZCARD", "rate_limit:user:u"]).trim(), "2");
+        assert_eq!(
+            server(&b).command_calls("zadd") - before,
+            2,
+            "one ZADD per request"
+        );
+        assert!(!limiter.check("u", "/").await.allowed());
     }
 
     fn keys(server: &RedisServer) -> BTreeSet<String> {

@@ -24,6 +24,17 @@ const SHARDS: usize = 64;
 #[derive(Debug, Default)]
 struct Log {
     entries: VecDeque<u64>,
+    /// Only once a request costing more than 1 was recorded here: running totals, so that a
+    /// request of any cost is one entry and the count stays O(1).
+    costs: Option<Box<Costs>>,
+}
+
+/// The running total of costs up to and including each entry (parallel to `Log::entries`),
+/// and the total of the entries already dropped.
+#[derive(Debug, Default)]
+struct Costs {
+    cumulative: VecDeque<u64>,
+    dropped: u64,
 }
 
 impl Log {
@@ -32,7 +43,51 @@ impl Log {
     fn trim(&mut self, cutoff: u64) {
         while self.entries.front().is_some_and(|&t| t < cutoff) {
             self.entries.pop_front();
+            if let Some(costs) = &mut self.costs {
+                costs.dropped = costs.cumulative.pop_front().unwrap_or(costs.dropped);
+            }
         }
+    }
+
+    /// The units recorded in the log.
+    #[inline]
+    fn count(&self) -> u64 {
+        match &self.costs {
+            None => self.entries.len() as u64,
+            Some(c) => c.cumulative.back().map_or(0, |&last| last - c.dropped),
+        }
+    }
+
+    /// The timestamp of the entry whose expiry brings the count down by `units` (≥ 1).
+    #[inline]
+    fn expiry_of(&self, units: u64) -> Option<u64> {
+        let index = match &self.costs {
+            None => usize::try_from(units - 1).ok()?,
+            Some(c) => {
+                let target = c.dropped + units;
+                c.cumulative.partition_point(|&total| total < target)
+            }
+        };
+        self.entries.get(index).copied()
+    }
+
+    /// Records one request of `cost` units at `at`: one entry, whatever the cost.
+    #[inline]
+    fn record(&mut self, at: u64, cost: u64) {
+        self.entries.push_back(at);
+        if cost == 1 && self.costs.is_none() {
+            return;
+        }
+        let len = self.entries.len() as u64;
+        let costs = self.costs.get_or_insert_with(|| {
+            // Until now every entry cost 1.
+            Box::new(Costs {
+                cumulative: (1..len).collect(),
+                dropped: 0,
+            })
+        });
+        let last = costs.cumulative.back().copied().unwrap_or(costs.dropped);
+        costs.cumulative.push_back(last + cost);
     }
 
     /// Whether every entry is older than `cutoff`, so that forgetting the log changes nothing.
@@ -54,7 +109,9 @@ impl Log {
 /// A check of a key already tracked allocates nothing: keys are looked up by `&str`, and a
 /// log's deque only grows when its window holds more than ever before. Trimming pops expired
 /// entries from the front, so a check is amortized O(1) whatever the number of live entries.
-/// Each recorded request costs 8 bytes (16 at most while the deque's capacity is doubling).
+/// Each recorded request costs 8 bytes (16 at most while the deque's capacity is doubling);
+/// a key that has seen a request costing more than one unit keeps a running total beside
+/// each entry (16 bytes an entry), so that a request of any cost is still one entry.
 ///
 /// # Bounded memory
 /// - **Idle keys** (every entry older than the window) are evicted without anything to run:
@@ -216,14 +273,13 @@ impl MemoryStore {
         {
             let log = h.as_mut().expect("held above").log();
             log.trim(cutoff);
-            let count = log.entries.len() as u64;
+            let count = log.count();
             if count.saturating_add(cost) > t.limit {
                 let retry_after = if cost > t.limit {
                     window // can never fit: a full window is the honest floor
                 } else {
                     // The entry whose expiry makes room for `cost` more.
-                    let idx = usize::try_from(count + cost - t.limit - 1).unwrap_or(0);
-                    let ts = log.entries.get(idx).copied().unwrap_or(now);
+                    let ts = log.expiry_of(count + cost - t.limit).unwrap_or(now);
                     ts.saturating_add(window)
                         .saturating_add(1)
                         .saturating_sub(now)
@@ -254,9 +310,7 @@ impl MemoryStore {
             // Never record before the newest entry: the log stays sorted even when threads
             // read the clock in one order and lock in another.
             let at = log.entries.back().map_or(now, |&b| b.max(now));
-            for _ in 0..cost {
-                log.entries.push_back(at);
-            }
+            log.record(at, cost);
         }
         let reset = match shadow_denied {
             Some((tier, retry_after)) if tier == tiers[binding].tier => retry_after,
@@ -385,6 +439,9 @@ impl Inner {
                 log.trim(cutoff);
                 if log.entries.capacity() > 64 && log.entries.capacity() > 4 * log.entries.len() {
                     log.entries.shrink_to_fit();
+                    if let Some(costs) = &mut log.costs {
+                        costs.cumulative.shrink_to_fit();
+                    }
                 }
                 if let Some(&newest) = log.entries.back() {
                     earliest_idle =

@@ -3,16 +3,24 @@
 -- KEYS[i]     the tiers' sorted sets, most specific first (user, endpoint, global)
 -- ARGV[1]     now, in microseconds since the epoch; empty: read Redis TIME
 -- ARGV[2]     the window, in microseconds
--- ARGV[3]     the cost (entries to record)
--- ARGV[4]     a member unique to this request (suffixed with :k for k > 1 when cost > 1)
+-- ARGV[3]     the cost (units this request spends)
+-- ARGV[4]     a suffix unique to this request
 -- ARGV[4+i]   the limit of KEYS[i]; negative for a tier in shadow mode (it never denies)
 --
--- Returns {1, remaining, s, s_retry_us, b, b_reset_us} when admitted: recorded in every tier
--- with room; s is the first shadow tier that was full (0 if none; it does not record the
--- request); b is the tier with the least remaining and b_reset_us the time until its oldest
--- entry leaves the window. Or
--- {0, i, retry_after_us} when KEYS[i] is the first enforced tier without room (recorded
--- nowhere).
+-- Each admitted request is ONE member, whatever its cost: "<total>:<cost>:<unique>", where
+-- <total> is the running total of costs up to and including it (16 hex digits, so that members
+-- of equal score sort in recording order), scored by its time. Members are recorded at
+-- max(now, newest score), so rank order is recording order. Then a key's count is
+--   total(newest) - (total(oldest) - cost(oldest))
+-- two O(log n) reads, whatever the costs; only a denial searches (binary, by rank) for the
+-- entry whose expiry makes room.
+--
+-- Returns {1, remaining, s, s_retry_us, b, b_reset_us, member} when admitted: recorded in
+-- every tier with room; s is the first shadow tier that was full (0 if none; it does not
+-- record the request); b is the tier with the least remaining and b_reset_us the time until
+-- its oldest entry leaves the window; member is what was recorded in the first recording tier
+-- (for a cluster's rollback). Or {0, i, retry_after_us} when KEYS[i] is the first enforced
+-- tier without room (recorded nowhere).
 --
 -- Scores are microseconds, exact as doubles up to 2^53. Numbers are formatted with %.0f:
 -- Lua's default number-to-string keeps only 14 digits.
@@ -26,24 +34,51 @@ else
 end
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
-local member = ARGV[4]
+local unique = ARGV[4]
 local cutoff = string.format('(%.0f', now - window)
+
+local function total_of(member)
+  return tonumber(string.sub(member, 1, 16), 16)
+end
+
+local function cost_of(member)
+  local second = string.find(member, ':', 18, true)
+  return tonumber(string.sub(member, 18, second - 1), 16)
+end
+
 local remaining = -1
 local shadow_tier, shadow_retry = 0, 0
 local bind = 1
 local record = {}
+local newest = {}
 
 for i, key in ipairs(KEYS) do
   local limit = tonumber(ARGV[4 + i])
   local shadow = limit < 0
   if shadow then limit = -limit end
   redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
-  local count = redis.call('ZCARD', key)
+  local count, base, last = 0, 0, nil
+  local first = redis.call('ZRANGE', key, 0, 0)[1]
+  if first then
+    last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    base = total_of(first) - cost_of(first)
+    count = total_of(last[1]) - base
+  end
   if count + cost > limit then
     local retry = window
     if cost <= limit then
-      local idx = count + cost - limit - 1
-      local entry = redis.call('ZRANGE', key, idx, idx, 'WITHSCORES')
+      -- The first entry whose running total reaches base + (units that must expire).
+      local target = base + count + cost - limit
+      local lo, hi = 0, redis.call('ZCARD', key) - 1
+      while lo < hi do
+        local mid = math.floor((lo + hi) / 2)
+        if total_of(redis.call('ZRANGE', key, mid, mid)[1]) >= target then
+          hi = mid
+        else
+          lo = mid + 1
+        end
+      end
+      local entry = redis.call('ZRANGE', key, lo, lo, 'WITHSCORES')
       retry = tonumber(entry[2]) + window + 1 - now
     end
     if retry < 1 then retry = 1 end
@@ -53,27 +88,30 @@ for i, key in ipairs(KEYS) do
     if shadow_tier == 0 then shadow_tier, shadow_retry = i, retry end
     if remaining ~= 0 then remaining, bind = 0, i end
   else
-    record[#record + 1] = key
+    record[#record + 1] = i
+    newest[i] = last
     local left = limit - count - cost
     if remaining < 0 or left < remaining then remaining, bind = left, i end
   end
 end
 
-local score = string.format('%.0f', now)
 local ttl = string.format('%.0f', math.ceil(window / 1000) + 1)
-for _, key in ipairs(record) do
-  if cost == 1 then
-    redis.call('ZADD', key, score, member)
-  else
-    for k = 1, cost do
-      redis.call('ZADD', key, score, member .. ':' .. k)
-    end
+local recorded = ''
+for _, i in ipairs(record) do
+  local key, last = KEYS[i], newest[i]
+  local total, at = cost, now
+  if last then
+    total = total_of(last[1]) + cost
+    at = math.max(now, tonumber(last[2]))
   end
+  local member = string.format('%016x:%x:', total, cost) .. unique
+  redis.call('ZADD', key, string.format('%.0f', at), member)
   redis.call('PEXPIRE', key, ttl)
+  if recorded == '' then recorded = member end
 end
 local reset = shadow_retry
 if bind ~= shadow_tier then
   local oldest = redis.call('ZRANGE', KEYS[bind], 0, 0, 'WITHSCORES')
   reset = tonumber(oldest[2]) + window + 1 - now
 end
-return {1, remaining, shadow_tier, shadow_retry, bind, reset}
+return {1, remaining, shadow_tier, shadow_retry, bind, reset, recorded}

@@ -12,7 +12,7 @@ use fred::prelude::{
     KeysInterface, PerformanceConfig, SortedSetsInterface,
 };
 use fred::types::scripts::Script;
-use fred::types::{ClusterHash, CustomCommand};
+use fred::types::{ClusterHash, CustomCommand, Value};
 use tokio::sync::watch;
 
 use super::{Backend, Store, StoreError, StoreOutcome, StoreRequest, TierCheck};
@@ -68,8 +68,9 @@ struct Inner {
     counter: AtomicU64,
     conn: watch::Sender<Conn>,
     started: AtomicBool,
-    /// Keys Redis said are full, with the time (µs, the limiter's clock) until which they are.
-    denied: DashMap<String, u64, ahash::RandomState>,
+    /// Keys Redis said are full for requests of a cost, with the time (µs, the limiter's
+    /// clock) until which they are: key → (until, cost).
+    denied: DashMap<String, (u64, u64), ahash::RandomState>,
     /// Cluster only: one plain connection per master, for ASK redirections (see `eval_one`).
     /// The lock also keeps each ASKING and the command it is for together on the wire.
     ask_clients: tokio::sync::Mutex<Vec<(String, Client)>>,
@@ -208,17 +209,15 @@ impl RedisStore {
         }
         let first_key = self.key(req.tiers[0].tier, req.tiers[0].id);
         let now_us = saturating_micros(req.now);
-        if let Some(denied) = self.cached_denial(&first_key, req.tiers[0].tier, now_us) {
+        if let Some(denied) = self.cached_denial(&first_key, req.tiers[0].tier, req.cost, now_us) {
             return Ok(denied);
         }
         let outcome = self.check_remote(req).await?;
         if let StoreOutcome::Denied { tier, retry_after } = outcome {
-            if tier == req.tiers[0].tier {
-                self.remember_denial(
-                    first_key,
-                    now_us.saturating_add(saturating_micros(retry_after)),
-                    now_us,
-                );
+            // Full (not merely asked for more than its limit can ever hold).
+            if tier == req.tiers[0].tier && req.cost <= req.tiers[0].limit {
+                let until = now_us.saturating_add(saturating_micros(retry_after));
+                self.remember_denial(first_key, until, req.cost, now_us);
             }
         }
         Ok(outcome)
@@ -230,27 +229,30 @@ impl RedisStore {
     /// Redis would name (an earlier tier cannot be full: there is none). A full tier's entries
     /// only leave by expiring (denied requests record nothing), so the block holds until the
     /// time Redis gave, unless the key is reset (this store forgets its cached block then).
-    fn cached_denial(&self, key: &str, tier: Tier, now: u64) -> Option<StoreOutcome> {
-        let until = *self.inner.denied.get(key)?;
-        if now < until {
+    ///
+    /// Only a request of the same cost is answered from the cache: a costlier one may have to
+    /// wait longer, a cheaper one may fit.
+    fn cached_denial(&self, key: &str, tier: Tier, cost: u64, now: u64) -> Option<StoreOutcome> {
+        let (until, cached_cost) = *self.inner.denied.get(key)?;
+        if now < until && cost == cached_cost {
             return Some(StoreOutcome::Denied {
                 tier,
                 retry_after: Duration::from_micros(until - now),
             });
         }
-        self.inner.denied.remove_if(key, |_, &u| u <= now);
+        self.inner.denied.remove_if(key, |_, &(u, _)| u <= now);
         None
     }
 
-    fn remember_denial(&self, key: String, until: u64, now: u64) {
+    fn remember_denial(&self, key: String, until: u64, cost: u64, now: u64) {
         let denied = &self.inner.denied;
         if denied.len() >= MAX_DENIED_KEYS {
-            denied.retain(|_, &mut u| u > now);
+            denied.retain(|_, &mut (u, _)| u > now);
             if denied.len() >= MAX_DENIED_KEYS {
                 return; // full of live blocks: this one goes to Redis each time
             }
         }
-        denied.insert(key, until);
+        denied.insert(key, (until, cost));
     }
 
     async fn check_remote(&self, req: &StoreRequest<'_>) -> Result<StoreOutcome, StoreError> {
@@ -260,16 +262,16 @@ impl RedisStore {
             TimeSource::Redis => String::new(),
         };
         let counter = inner.counter.fetch_add(1, Ordering::Relaxed);
-        let member = format!("{:016x}{counter:x}", inner.instance);
+        let unique = format!("{:016x}{counter:x}", inner.instance);
         if inner.clustered && req.tiers.len() > 1 {
-            return self.check_per_tier(req, now, member).await;
+            return self.check_per_tier(req, now, unique).await;
         }
         let keys: Vec<String> = req.tiers.iter().map(|t| self.key(t.tier, t.id)).collect();
         let limits = req.tiers.iter().map(limit_arg);
         let reply = self
-            .eval(keys, script_args(req, now, member, limits))
+            .eval(keys, script_args(req, now, unique, limits))
             .await?;
-        parse_reply(&reply, req.tiers)
+        parse_reply(&reply, req.tiers).map(|(outcome, _)| outcome)
     }
 
     /// Redis Cluster: the tiers' keys live in different slots (and usually on different
@@ -282,17 +284,19 @@ impl RedisStore {
         &self,
         req: &StoreRequest<'_>,
         now: String,
-        member: String,
+        unique: String,
     ) -> Result<StoreOutcome, StoreError> {
-        let mut recorded: Vec<String> = Vec::with_capacity(req.tiers.len());
+        // (key, member) of every tier this request was recorded in so far.
+        let mut recorded: Vec<(String, String)> = Vec::with_capacity(req.tiers.len());
         let mut remaining = u64::MAX;
         let (mut binding, mut reset) = (req.tiers[0].tier, Duration::ZERO);
         let mut shadow_denied = None;
         for (i, tier) in req.tiers.iter().enumerate() {
             let key = self.key(tier.tier, tier.id);
-            let args = script_args(req, now.clone(), member.clone(), [limit_arg(tier)]);
+            let args = script_args(req, now.clone(), unique.clone(), [limit_arg(tier)]);
             let reply = self.eval_one(&key, args).await?;
-            match parse_reply(&reply, &req.tiers[i..=i])? {
+            let (outcome, member) = parse_reply(&reply, &req.tiers[i..=i])?;
+            match outcome {
                 StoreOutcome::Admitted {
                     remaining: left,
                     reset: tier_reset,
@@ -302,14 +306,17 @@ impl RedisStore {
                     if left < remaining {
                         (remaining, binding, reset) = (left, tier.tier, tier_reset);
                     }
-                    match shadow {
+                    match (shadow, member) {
                         // A full shadow tier: nothing recorded there.
-                        Some(s) => shadow_denied = shadow_denied.or(Some(s)),
-                        None => recorded.push(key),
+                        (Some(s), _) => shadow_denied = shadow_denied.or(Some(s)),
+                        (None, Some(member)) => recorded.push((key, member)),
+                        (None, None) => {
+                            return Err(StoreError::new("the script recorded no member"));
+                        }
                     }
                 }
                 denied @ StoreOutcome::Denied { .. } => {
-                    self.roll_back(&recorded, &member, req.cost).await?;
+                    self.roll_back(&recorded).await?;
                     return Ok(denied);
                 }
             }
@@ -322,26 +329,25 @@ impl RedisStore {
         })
     }
 
-    /// Removes this request's members from `keys`, all at once.
-    async fn roll_back(&self, keys: &[String], member: &str, cost: u64) -> Result<(), StoreError> {
-        let members: Vec<String> = if cost == 1 {
-            vec![member.to_owned()]
-        } else {
-            (1..=cost).map(|k| format!("{member}:{k}")).collect()
-        };
-        let removals = keys.iter().map(|key| {
+    /// Removes this request's entries (one member per key) again, all at once.
+    ///
+    /// A member removed from the middle of a key's log (a later request was recorded after
+    /// it) leaves its cost in the running totals of the later members, so the key counts that
+    /// cost until they expire: stricter for a while, never looser.
+    async fn roll_back(&self, recorded: &[(String, String)]) -> Result<(), StoreError> {
+        let removals = recorded.iter().map(|(key, member)| {
             self.inner
                 .client
-                .zrem::<i64, _, _>(key.as_str(), members.clone())
+                .zrem::<i64, _, _>(key.as_str(), member.as_str())
         });
         // Sent together: fred pipelines them, one round trip per node.
         let results = futures_util::future::join_all(removals).await;
-        for (key, result) in keys.iter().zip(results) {
+        for ((key, member), result) in recorded.iter().zip(results) {
             match result {
                 Ok(_) => {}
                 // The key's slot is migrating (see `eval_one`).
                 Err(e) if *e.kind() == ErrorKind::Routing => {
-                    match self.asking(key, "ZREM", &members).await {
+                    match self.asking(key, "ZREM", std::slice::from_ref(member)).await {
                         Some(reply) => {
                             reply?;
                         }
@@ -362,9 +368,9 @@ impl RedisStore {
     /// migrated and the key has already moved, so this store follows it itself: it finds the
     /// master importing the slot (its own `CLUSTER NODES` line says `[slot-<-source]`) and runs
     /// ASKING and the script there, back to back, on a plain connection of its own.
-    async fn eval_one(&self, key: &str, args: Vec<String>) -> Result<Vec<i64>, StoreError> {
+    async fn eval_one(&self, key: &str, args: Vec<String>) -> Result<Vec<Value>, StoreError> {
         let inner = &*self.inner;
-        let result: Result<Vec<i64>, FredError> = inner
+        let result: Result<Vec<Value>, FredError> = inner
             .script
             .evalsha_with_reload(&inner.client, vec![key.to_owned()], args.clone())
             .await;
@@ -386,7 +392,7 @@ impl RedisStore {
         key: &str,
         command: &'static str,
         args: &[String],
-    ) -> Option<Result<Vec<i64>, StoreError>> {
+    ) -> Option<Result<Vec<Value>, StoreError>> {
         let inner = &*self.inner;
         let slot = fred::util::redis_keyslot(key.as_bytes());
         let mut clients = inner.ask_clients.lock().await;
@@ -426,19 +432,21 @@ impl RedisStore {
             }
             full.extend(args.iter().cloned());
             let reply = if command == "EVALSHA" {
-                client.custom::<Vec<i64>, _>(custom("EVALSHA"), full).await
+                client
+                    .custom::<Vec<Value>, _>(custom("EVALSHA"), full)
+                    .await
             } else {
                 client
                     .custom::<i64, _>(custom("ZREM"), full)
                     .await
-                    .map(|n| vec![n])
+                    .map(|n| vec![Value::Integer(n)])
             };
             return Some(reply.map_err(|e| fred_error("redirected command failed", e)));
         }
         None
     }
 
-    async fn eval(&self, keys: Vec<String>, args: Vec<String>) -> Result<Vec<i64>, StoreError> {
+    async fn eval(&self, keys: Vec<String>, args: Vec<String>) -> Result<Vec<Value>, StoreError> {
         self.inner
             .script
             .evalsha_with_reload(&self.inner.client, keys, args)
@@ -482,32 +490,43 @@ impl Inner {
     }
 }
 
-fn parse_reply(reply: &[i64], tiers: &[TierCheck<'_>]) -> Result<StoreOutcome, StoreError> {
+/// The script's reply, and (when admitted) the member it recorded.
+fn parse_reply(
+    reply: &[Value],
+    tiers: &[TierCheck<'_>],
+) -> Result<(StoreOutcome, Option<String>), StoreError> {
+    let bad = || {
+        StoreError::new(format!(
+            "unexpected reply from the rate limit script: {reply:?}"
+        ))
+    };
     // The script numbers tiers from 1.
     let tier_at = |index: i64| {
         let i = usize::try_from(index).ok()?.checked_sub(1)?;
         tiers.get(i).map(|t| t.tier)
     };
     let micros = |us: i64| Duration::from_micros(u64::try_from(us.max(1)).unwrap_or(1));
-    let bad = || {
-        StoreError::new(format!(
-            "unexpected reply from the rate limit script: {reply:?}"
-        ))
-    };
-    match *reply {
-        [1, remaining, shadow, shadow_retry_us, binding, reset_us] => Ok(StoreOutcome::Admitted {
-            remaining: u64::try_from(remaining).map_err(|_| bad())?,
-            binding: tier_at(binding).ok_or_else(bad)?,
-            reset: micros(reset_us),
-            shadow_denied: match shadow {
-                0 => None,
-                i => Some((tier_at(i).ok_or_else(bad)?, micros(shadow_retry_us))),
+    let ints: Vec<i64> = reply.iter().map_while(Value::as_i64).collect();
+    match (ints.as_slice(), reply.get(6)) {
+        ([1, remaining, shadow, shadow_retry_us, binding, reset_us], member) => Ok((
+            StoreOutcome::Admitted {
+                remaining: u64::try_from(*remaining).map_err(|_| bad())?,
+                binding: tier_at(*binding).ok_or_else(bad)?,
+                reset: micros(*reset_us),
+                shadow_denied: match shadow {
+                    0 => None,
+                    i => Some((tier_at(*i).ok_or_else(bad)?, micros(*shadow_retry_us))),
+                },
             },
-        }),
-        [0, index, retry_us] => Ok(StoreOutcome::Denied {
-            tier: tier_at(index).ok_or_else(bad)?,
-            retry_after: micros(retry_us),
-        }),
+            member.and_then(|m| m.as_string()).filter(|m| !m.is_empty()),
+        )),
+        ([0, index, retry_us], None) => Ok((
+            StoreOutcome::Denied {
+                tier: tier_at(*index).ok_or_else(bad)?,
+                retry_after: micros(*retry_us),
+            },
+            None,
+        )),
         _ => Err(bad()),
     }
 }
