@@ -4,12 +4,13 @@
 -- ARGV[1]     now, in microseconds since the epoch; empty: read Redis TIME
 -- ARGV[2]     the window, in microseconds
 -- ARGV[3]     the cost (units this request spends)
--- ARGV[4]     a suffix unique to this request
+-- ARGV[4]     the request's id (not stored: the running total makes every member unique)
 -- ARGV[4+i]   the limit of KEYS[i]; negative for a tier in shadow mode (it never denies)
 --
--- Each admitted request is ONE member, whatever its cost: "<total>:<cost>:<unique>", where
--- <total> is the running total of costs up to and including it (16 hex digits, so that members
--- of equal score sort in recording order), scored by its time. Members are recorded at
+-- Each admitted request is ONE member, whatever its cost: "<total>:<cost>" (hex), where <total>
+-- is the key's running total of costs up to and including it (16 digits, so that members of
+-- equal score sort in recording order; strictly increasing, so members are unique), scored by
+-- its time. Members are recorded at
 -- max(now, newest score), so rank order is recording order. Then a key's count is
 --   total(newest) - (total(oldest) - cost(oldest))
 -- two O(log n) reads, whatever the costs; only a denial searches (binary, by rank) for the
@@ -34,7 +35,6 @@ else
 end
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
-local unique = ARGV[4]
 local cutoff = string.format('(%.0f', now - window)
 
 local function total_of(member)
@@ -42,8 +42,7 @@ local function total_of(member)
 end
 
 local function cost_of(member)
-  local second = string.find(member, ':', 18, true)
-  return tonumber(string.sub(member, 18, second - 1), 16)
+  return tonumber(string.sub(member, 18), 16)
 end
 
 local remaining = -1
@@ -104,7 +103,7 @@ for _, i in ipairs(record) do
     total = total_of(last[1]) + cost
     at = math.max(now, tonumber(last[2]))
   end
-  local member = string.format('%016x:%x:', total, cost) .. unique
+  local member = string.format('%016x:%x', total, cost)
   redis.call('ZADD', key, string.format('%.0f', at), member)
   redis.call('PEXPIRE', key, ttl)
   if recorded == '' then recorded = member end
