@@ -35,7 +35,8 @@ else
 end
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
-local cutoff = string.format('(%.0f', now - window)
+local cutoff_at = now - window
+local cutoff = string.format('(%.0f', cutoff_at)
 
 local function total_of(member)
   return tonumber(string.sub(member, 1, 16), 16)
@@ -50,18 +51,24 @@ local shadow_tier, shadow_retry = 0, 0
 local bind = 1
 local record = {}
 local newest = {}
+local oldest_at = {}
 
 for i, key in ipairs(KEYS) do
   local limit = tonumber(ARGV[4 + i])
   local shadow = limit < 0
   if shadow then limit = -limit end
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
+  -- Trim only when the oldest entry has left the window (most checks find nothing to trim).
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if first[1] and tonumber(first[2]) < cutoff_at then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
+    first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  end
   local count, base, last = 0, 0, nil
-  local first = redis.call('ZRANGE', key, 0, 0)[1]
-  if first then
+  if first[1] then
     last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    base = total_of(first) - cost_of(first)
+    base = total_of(first[1]) - cost_of(first[1])
     count = total_of(last[1]) - base
+    oldest_at[i] = tonumber(first[2])
   end
   if count + cost > limit then
     local retry = window
@@ -106,11 +113,11 @@ for _, i in ipairs(record) do
   local member = string.format('%016x:%x', total, cost)
   redis.call('ZADD', key, string.format('%.0f', at), member)
   redis.call('PEXPIRE', key, ttl)
+  if not oldest_at[i] then oldest_at[i] = at end
   if recorded == '' then recorded = member end
 end
 local reset = shadow_retry
 if bind ~= shadow_tier then
-  local oldest = redis.call('ZRANGE', KEYS[bind], 0, 0, 'WITHSCORES')
-  reset = tonumber(oldest[2]) + window + 1 - now
+  reset = oldest_at[bind] + window + 1 - now
 end
 return {1, remaining, shadow_tier, shadow_retry, bind, reset, recorded}
