@@ -110,7 +110,8 @@ pub struct Decision {
     pub(crate) shadow_blocked_by: Option<Tier>,
     /// The tier closest to its limit and when it next gains capacity (`RateLimit`).
     pub(crate) binding: Option<(Tier, Duration)>,
-    pub(crate) policies: Policies,
+    /// Only with the IETF headers on (boxed: it keeps the common decision small to move).
+    pub(crate) policies: Option<Box<Policies>>,
     pub(crate) style: HeaderStyle,
     /// The request's cost, and the blocking tier's limit when the cost is above it.
     pub(crate) cost: u64,
@@ -127,7 +128,7 @@ impl Decision {
             blocked_by: None,
             shadow_blocked_by: None,
             binding: None,
-            policies: Policies::default(),
+            policies: None,
             style: HeaderStyle::Legacy,
             cost: 1,
             cost_limit: None,
@@ -149,7 +150,7 @@ impl Decision {
             blocked_by: Some(tier),
             shadow_blocked_by: None,
             binding: Some((tier, retry_after)),
-            policies: Policies::default(),
+            policies: None,
             style: HeaderStyle::Legacy,
             cost: 1,
             cost_limit: None,
@@ -167,7 +168,7 @@ impl Decision {
             blocked_by: None,
             shadow_blocked_by: Some(tier),
             binding: Some((tier, retry_after)),
-            policies: Policies::default(),
+            policies: None,
             style: HeaderStyle::Legacy,
             cost: 1,
             cost_limit: None,
@@ -199,8 +200,8 @@ impl Decision {
 
     /// The tiers that applied, and which headers to write.
     #[inline]
-    pub(crate) fn with_policies(mut self, policies: Policies, style: HeaderStyle) -> Self {
-        self.policies = policies;
+    pub(crate) fn with_policies(mut self, policies: Option<Policies>, style: HeaderStyle) -> Self {
+        self.policies = policies.map(Box::new);
         self.style = style;
         self
     }
@@ -283,11 +284,12 @@ impl Decision {
         if legacy || !self.allowed {
             headers.insert(RETRY_AFTER, number(self.retry_after_secs()));
         }
-        if self.style != HeaderStyle::Legacy && self.policies.len > 0 {
+        let policies = self.policies.as_deref().filter(|p| p.len > 0);
+        if let (true, Some(policies)) = (self.style != HeaderStyle::Legacy, policies) {
             let mut policy = String::new();
-            for (i, (tier, limit)) in self.policies.iter().enumerate() {
+            for (i, (tier, limit)) in policies.iter().enumerate() {
                 let sep = if i == 0 { "" } else { ", " };
-                let w = self.policies.window_secs;
+                let w = policies.window_secs;
                 let _ = write!(policy, "{sep}\"{tier}\";q={limit};w={w}");
             }
             if let Ok(value) = HeaderValue::try_from(policy) {

@@ -166,11 +166,14 @@ impl<'a> Keys<'a> {
 
 /// The `RateLimit-Policy` items of a request: only worth building when the IETF headers are on.
 #[inline]
-fn policies(config: &RateLimitConfig, req: &StoreRequest<'_>) -> Policies {
+fn policies(config: &RateLimitConfig, req: &StoreRequest<'_>) -> Option<Policies> {
     if config.headers() == HeaderStyle::Legacy {
-        return Policies::default();
+        return None;
     }
-    Policies::new(req.tiers.iter().map(|t| (t.tier, t.limit)), req.window)
+    Some(Policies::new(
+        req.tiers.iter().map(|t| (t.tier, t.limit)),
+        req.window,
+    ))
 }
 
 /// The decision for a store's answer; a failing store lets the request through.
