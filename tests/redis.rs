@@ -503,3 +503,52 @@ async fn without_recovery_the_fallback_is_for_good_even_when_redis_returns() {
     assert_eq!(*changes.lock().unwrap(), [Backend::Memory]);
     assert_eq!(server.command_calls("evalsha"), 0);
 }
+
+/// What a denied request costs Redis with costs and overrides on: one round trip, and not a
+/// byte (nothing is recorded); a repeat of the same denial costs no round trip at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_request_with_costs_and_overrides_costs_one_round_trip_and_no_bytes() {
+    use tiered_ratelimit::RouteLimits;
+    let server = RedisServer::start();
+    let login = RouteLimits {
+        user_limit: Some(10),
+        endpoint_limit: Some(1000),
+    };
+    let config = limits(50, 100, 10_000, MINUTE)
+        .route("/login", login)
+        .plan("premium", 500)
+        .user_plan("alice", "premium")
+        .redis_url(server.url())
+        .build()
+        .unwrap();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let limiter = connected(config, &clock).await;
+    assert_eq!(limiter.check_n("alice", "/login", 8).await.remaining(), 2);
+    let keys = [
+        "rate_limit:user:alice@/login",
+        "rate_limit:endpoint:/login",
+        "rate_limit:global",
+    ];
+    let memory = |key: &str| -> u64 {
+        server
+            .cli(&["MEMORY", "USAGE", key, "SAMPLES", "0"])
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let before: Vec<u64> = keys.iter().map(|k| memory(k)).collect();
+    let calls = server.command_calls("evalsha");
+    let d = limiter.check_n("alice", "/login", 3).await;
+    assert_eq!(d.blocked_by(), Some(Tier::User));
+    assert_eq!(server.command_calls("evalsha") - calls, 1, "one round trip");
+    let after: Vec<u64> = keys.iter().map(|k| memory(k)).collect();
+    assert_eq!(before, after, "not a byte recorded");
+    // The same denial again: answered from the local cache.
+    let d = limiter.check_n("alice", "/login", 3).await;
+    assert!(!d.allowed());
+    assert_eq!(server.command_calls("evalsha") - calls, 1, "no round trip");
+    println!(
+        "denied with costs and overrides on: 1 EVALSHA, 0 bytes; keys after one recorded \
+         request of cost 8: {before:?} bytes"
+    );
+}
