@@ -35,8 +35,7 @@ else
 end
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
-local cutoff_at = now - window
-local cutoff = string.format('(%.0f', cutoff_at)
+local cutoff = string.format('(%.0f', now - window)
 
 local function total_of(member)
   return tonumber(string.sub(member, 1, 16), 16)
@@ -57,12 +56,8 @@ for i, key in ipairs(KEYS) do
   local limit = tonumber(ARGV[4 + i])
   local shadow = limit < 0
   if shadow then limit = -limit end
-  -- Trim only when the oldest entry has left the window (most checks find nothing to trim).
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
   local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  if first[1] and tonumber(first[2]) < cutoff_at then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
-    first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  end
   local count, base, last = 0, 0, nil
   if first[1] then
     last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
