@@ -145,15 +145,9 @@ impl Decision {
     pub(crate) fn deny(tier: Tier, retry_after: Duration) -> Self {
         Self {
             allowed: false,
-            remaining: 0,
-            retry_after,
             blocked_by: Some(tier),
             shadow_blocked_by: None,
-            binding: Some((tier, retry_after)),
-            policies: None,
-            style: HeaderStyle::Legacy,
-            cost: 1,
-            cost_limit: None,
+            ..Self::shadow_deny(tier, retry_after)
         }
     }
 
@@ -162,16 +156,11 @@ impl Decision {
     #[inline]
     pub(crate) fn shadow_deny(tier: Tier, retry_after: Duration) -> Self {
         Self {
-            allowed: true,
             remaining: 0,
             retry_after,
-            blocked_by: None,
             shadow_blocked_by: Some(tier),
             binding: Some((tier, retry_after)),
-            policies: None,
-            style: HeaderStyle::Legacy,
-            cost: 1,
-            cost_limit: None,
+            ..Self::admit(0)
         }
     }
 
