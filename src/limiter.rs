@@ -146,22 +146,35 @@ impl<'a> Keys<'a> {
         (n > 0).then_some(n)
     }
 
-    /// Runs `f` on the store request for these keys; `None` when no tier applies.
-    fn with_request<R>(
-        &self,
+    /// The store request for these keys, its tiers in `tiers`; `None` when no tier applies.
+    #[inline]
+    fn store_request<'s>(
+        &'s self,
         now: Duration,
         config: &RateLimitConfig,
-        f: impl FnOnce(&StoreRequest<'_>) -> R,
-    ) -> Option<R> {
-        let mut tiers = [NO_TIER; 3];
-        let n = self.fill(config, &mut tiers)?;
-        Some(f(&StoreRequest {
+        tiers: &'s mut [TierCheck<'s>; 3],
+    ) -> Option<StoreRequest<'s>> {
+        let n = self.fill(config, tiers)?;
+        Some(StoreRequest {
             now,
             window: config.window(),
             cost: self.cost,
             tiers: &tiers[..n],
-        }))
+        })
     }
+}
+
+/// The decision for a store's answer to `req`, with its headers' policies and its cost.
+#[inline]
+fn conclude(
+    outcome: Result<StoreOutcome, StoreError>,
+    backend: &'static str,
+    config: &RateLimitConfig,
+    req: &StoreRequest<'_>,
+) -> Decision {
+    decide(outcome, backend)
+        .with_policies(policies(config, req), config.headers())
+        .with_cost(req)
 }
 
 /// The `RateLimit-Policy` items of a request: only worth building when the IETF headers are on.
@@ -419,12 +432,11 @@ impl RateLimiter {
         let config = &self.inner.config;
         let now = self.inner.clock.now();
         let keys = Keys::new(config, request, self.plan_limit(request.user, now));
-        let decision = keys.with_request(now, config, |req| {
-            decide(store.check_sync(req), "memory")
-                .with_policies(policies(config, req), config.headers())
-                .with_cost(req)
-        });
-        let decision = decision.unwrap_or_else(Decision::unlimited);
+        let mut tiers = [NO_TIER; 3];
+        let decision = match keys.store_request(now, config, &mut tiers) {
+            Some(req) => conclude(store.check_sync(&req), "memory", config, &req),
+            None => Decision::unlimited(),
+        };
         observe::record(&decision);
         Some(decision)
     }
@@ -434,14 +446,10 @@ impl RateLimiter {
         let now = self.inner.clock.now();
         let keys = Keys::new(config, request, self.plan_limit(request.user, now));
         let mut tiers = [NO_TIER; 3];
-        let Some(n) = keys.fill(config, &mut tiers) else {
-            return Decision::unlimited();
-        };
-        let store_request = StoreRequest {
-            now,
-            window: config.window(),
-            cost: keys.cost,
-            tiers: &tiers[..n],
+        let Some(store_request) = keys.store_request(now, config, &mut tiers) else {
+            let decision = Decision::unlimited();
+            observe::record(&decision);
+            return decision;
         };
         let started = std::time::Instant::now();
         let (outcome, backend) = match &self.inner.store {
@@ -451,9 +459,7 @@ impl RateLimiter {
             StoreKind::Custom(store) => (store.check(&store_request).await, "custom"),
         };
         observe::store_duration(backend, started.elapsed().as_secs_f64());
-        let decision = decide(outcome, backend)
-            .with_policies(policies(config, &store_request), config.headers())
-            .with_cost(&store_request);
+        let decision = conclude(outcome, backend, config, &store_request);
         observe::record(&decision);
         decision
     }
