@@ -15,7 +15,7 @@
 //! `tracing`: the layer opens a `rate_limit` span (level DEBUG) around each check, with the
 //! fields `tier` and `decision` recorded once decided; a fallback logs one WARN event.
 
-use crate::decision::Decision;
+use crate::decision::{Decision, Tier};
 
 /// Counter of decisions: labels `decision`, `tier`.
 pub const CHECKS_TOTAL: &str = "tiered_ratelimit_checks_total";
@@ -40,36 +40,32 @@ pub(crate) fn labels(decision: &Decision) -> (&'static str, &'static str) {
 /// The decision counters, registered once (with the recorder installed at the first check:
 /// install yours before serving, as metrics recorders usually are), so that counting a check is
 /// an increment, not a registry lookup and a label allocation.
-fn checks_counter(decision: &str, tier: &str) -> &'static metrics::Counter {
-    use std::sync::OnceLock;
-    const TIERS: [&str; 3] = ["user", "endpoint", "global"];
-    static COUNTERS: OnceLock<[metrics::Counter; 7]> = OnceLock::new();
-    let counters = COUNTERS.get_or_init(|| {
-        let c = |d: &'static str, t: &'static str| {
-            metrics::counter!(CHECKS_TOTAL, "decision" => d, "tier" => t)
-        };
-        [
-            c("allowed", "none"),
-            c("denied", "user"),
-            c("denied", "endpoint"),
-            c("denied", "global"),
-            c("shadow_denied", "user"),
-            c("shadow_denied", "endpoint"),
-            c("shadow_denied", "global"),
-        ]
-    });
-    let t = TIERS.iter().position(|&x| x == tier).unwrap_or(0);
-    match decision {
-        "denied" => &counters[1 + t],
-        "shadow_denied" => &counters[4 + t],
-        _ => &counters[0],
-    }
-}
-
 #[inline]
 pub(crate) fn record(decision: &Decision) {
-    let (d, tier) = labels(decision);
-    checks_counter(d, tier).increment(1);
+    use std::sync::OnceLock;
+    static COUNTERS: OnceLock<[metrics::Counter; 7]> = OnceLock::new();
+    let counters = COUNTERS.get_or_init(|| {
+        let c = |d: &'static str, t: Tier| {
+            metrics::counter!(CHECKS_TOTAL, "decision" => d, "tier" => t.as_str())
+        };
+        let tiers = [Tier::User, Tier::Endpoint, Tier::Global];
+        [
+            metrics::counter!(CHECKS_TOTAL, "decision" => "allowed", "tier" => "none"),
+            c("denied", tiers[0]),
+            c("denied", tiers[1]),
+            c("denied", tiers[2]),
+            c("shadow_denied", tiers[0]),
+            c("shadow_denied", tiers[1]),
+            c("shadow_denied", tiers[2]),
+        ]
+    });
+    // The same order as `labels`: allowed, then denied by tier, then shadow-denied by tier.
+    let index = match (decision.blocked_by(), decision.shadow_blocked_by()) {
+        (Some(tier), _) => 1 + tier as usize,
+        (None, Some(tier)) => 4 + tier as usize,
+        (None, None) => 0,
+    };
+    counters[index].increment(1);
 }
 
 pub(crate) fn store_error(backend: &'static str) {
