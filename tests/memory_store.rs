@@ -364,6 +364,59 @@ async fn key_cap_denies_new_users_only_until_room_frees() {
     assert!(!limiter.check("user19", "/items").await.allowed());
 }
 
+/// The hardening issue's repro, at a small cap: a flood of distinct user ids on one route,
+/// nearly all denied by the endpoint tier, used to leave an empty user key per request and
+/// lock brand-new users out at the cap for up to a window.
+#[tokio::test]
+async fn a_flood_denied_by_a_later_tier_leaves_no_keys_and_locks_nobody_out() {
+    let clock = ManualClock::at(T0);
+    let store = MemoryStore::with_max_keys(50);
+    let limiter = limiter_on(limits(5, 20, 0, MINUTE), &clock, &store);
+    let mut admitted = 0;
+    for i in 0..5_000 {
+        let d = limiter.check(&format!("flood-{i}"), "/flooded").await;
+        admitted += usize::from(d.allowed());
+        if !d.allowed() {
+            assert_eq!(d.blocked_by(), Some(Tier::Endpoint), "{d:?}");
+        }
+    }
+    assert_eq!(admitted, 20);
+    // 20 user keys and one endpoint key: the denied requests left nothing.
+    assert_eq!(store.tracked_keys(), 21);
+    assert_eq!(store.entries(Tier::User, "flood-4999"), 0);
+    let d = limiter.check("newcomer", "/other").await;
+    assert!(d.allowed(), "a new user on another route: {d:?}");
+
+    // The same with the global tier denying: still no key.
+    let store = MemoryStore::with_max_keys(50);
+    let limiter = limiter_on(limits(5, 0, 10, MINUTE), &clock, &store);
+    for i in 0..1_000 {
+        let _ = limiter.check(&format!("flood-{i}"), "/flooded").await;
+    }
+    assert_eq!(store.tracked_keys(), 10);
+    // A request costing more than a limit records nothing either.
+    let d = limiter.check_n("costly", "/flooded", 6).await;
+    assert!(d.cost_exceeds_limit(), "{d:?}");
+    assert_eq!(store.tracked_keys(), 10);
+}
+
+/// At the cap, keys without a live entry are reclaimed before a new key is refused.
+#[tokio::test]
+async fn at_the_cap_idle_keys_are_reclaimed_before_anything_is_denied() {
+    let clock = ManualClock::at(T0);
+    let store = MemoryStore::with_max_keys(5);
+    let limiter = limiter_on(limits(5, 0, 0, MINUTE), &clock, &store);
+    for u in 0..5 {
+        assert!(limiter.check(&format!("old{u}"), "/").await.allowed());
+    }
+    assert_eq!(store.tracked_keys(), 5);
+    // Every entry has left the window, but no periodic sweep ran in between.
+    clock.advance(MINUTE + US);
+    let d = limiter.check("newcomer", "/").await;
+    assert!(d.allowed(), "{d:?}");
+    assert_eq!(store.tracked_keys(), 1);
+}
+
 #[tokio::test]
 async fn key_cap_counts_endpoints_too() {
     let clock = ManualClock::at(T0);

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use dashmap::mapref::entry::VacantEntry;
 use dashmap::mapref::one::RefMut;
 use dashmap::DashMap;
 use parking_lot::{Mutex, MutexGuard};
@@ -54,7 +55,12 @@ impl Log {
     fn count(&self) -> u64 {
         match &self.costs {
             None => self.entries.len() as u64,
-            Some(c) => c.cumulative.back().map_or(0, |&last| last - c.dropped),
+            // Totals wrap around u64 over a key's lifetime; a difference of two of them is exact
+            // as long as the units live in the window fit in a u64 (they are at most a limit).
+            Some(c) => c
+                .cumulative
+                .back()
+                .map_or(0, |&last| last.wrapping_sub(c.dropped)),
         }
     }
 
@@ -63,10 +69,9 @@ impl Log {
     fn expiry_of(&self, units: u64) -> Option<u64> {
         let index = match &self.costs {
             None => usize::try_from(units - 1).ok()?,
-            Some(c) => {
-                let target = c.dropped + units;
-                c.cumulative.partition_point(|&total| total < target)
-            }
+            Some(c) => c
+                .cumulative
+                .partition_point(|&total| total.wrapping_sub(c.dropped) < units),
         };
         self.entries.get(index).copied()
     }
@@ -87,7 +92,7 @@ impl Log {
             })
         });
         let last = costs.cumulative.back().copied().unwrap_or(costs.dropped);
-        costs.cumulative.push_back(last + cost);
+        costs.cumulative.push_back(last.wrapping_add(cost));
     }
 
     /// Whether every entry is older than `cutoff`, so that forgetting the log changes nothing.
@@ -117,13 +122,20 @@ impl Log {
 /// - **Idle keys** (every entry older than the window) are evicted without anything to run:
 ///   once per `window` (at least every second, at most every minute) the first check past that
 ///   time sweeps both maps. A key idle for a whole window is gone by the next sweep.
+/// - **A denied request leaves no key**: a key is inserted only when a request is admitted
+///   and recorded in it, so a flood of requests that some tier denies (however many distinct
+///   ids it carries) tracks nothing new.
 /// - **The key cap** ([`max_tracked_keys`](crate::RateLimitConfig::max_tracked_keys), default
-///   1,000,000 user and endpoint keys together) holds under a flood of distinct ids. At the cap,
-///   a check that needs a *new* key first sweeps idle keys; if none can go, the request is
-///   **denied** by that key's tier, with `Retry-After` set to when the first tracked key falls
-///   idle. Keys already tracked are served as usual. The store never forgets a key that still
-///   holds live entries, so the cap can never make a tier admit more than its limit: it fails
-///   closed, for new ids only, until room frees up.
+///   1,000,000 user and endpoint keys together) holds under a flood of distinct ids. Every
+///   tracked key held a live entry when it was last swept or inserted. At the cap, an admitted
+///   request that needs a *new* key first sweeps: every key without a live entry goes. If room
+///   is still short, the request is **denied** by that key's tier, with `Retry-After` set to
+///   when the first tracked key falls idle. Keys already tracked are served as usual. A flood
+///   of new ids at the cap costs a comparison, not a sweep, per request: after a sweep the
+///   next one waits until a key can have fallen idle, and at least 1/8 of a window (1 ms to
+///   1 s), so a key idle for less than that may be reclaimed that much later. The store never
+///   forgets a key that still holds live entries, so the cap can never make a tier admit more
+///   than its limit: it fails closed, for new ids only, until room frees up.
 #[derive(Clone, Debug)]
 pub struct MemoryStore {
     inner: Arc<Inner>,
@@ -144,9 +156,11 @@ struct Inner {
     sweeping: Mutex<()>,
 }
 
-/// A held tier log: a DashMap shard's write guard, or the global mutex's.
+/// A held tier log: a DashMap shard's write guard, the same for a key not in the map yet (with
+/// the empty log it would get), or the global mutex's guard.
 enum Held<'a> {
     Map(RefMut<'a, Box<str>, Log>),
+    New(VacantEntry<'a, Box<str>, Log>, Log),
     Global(MutexGuard<'a, Log>),
 }
 
@@ -155,6 +169,7 @@ impl Held<'_> {
     fn log(&mut self) -> &mut Log {
         match self {
             Self::Map(r) => r.value_mut(),
+            Self::New(_, log) => log,
             Self::Global(g) => g,
         }
     }
@@ -230,6 +245,9 @@ impl MemoryStore {
     /// Decides one request synchronously (the limiter calls this directly, with no future).
     pub(crate) fn check_sync(&self, req: &StoreRequest<'_>) -> Result<StoreOutcome, StoreError> {
         let tiers = req.tiers;
+        if tiers.is_empty() {
+            return Ok(StoreOutcome::nothing_to_count());
+        }
         if tiers.len() > 3 || has_duplicate_tier(tiers) {
             return Err(StoreError::new(
                 "a request names each of the three tiers at most once",
@@ -242,97 +260,25 @@ impl MemoryStore {
             inner.sweep(now, window);
         }
         let mut may_sweep = true;
-        let mut held = loop {
-            match inner.hold_all(tiers, now, may_sweep) {
-                Ok(held) => break held,
-                // At the cap with a sweep due: sweep with no lock held, then try once more.
-                Err(Blocked::SweepFirst) => {
+        loop {
+            match inner.decide(req, now, window) {
+                Ok(outcome) => return Ok(outcome),
+                // An admitted request needs a new key at the cap, with a sweep due: sweep with
+                // no lock held (keys without a live entry go), then decide once more.
+                Err(_) if may_sweep && now >= inner.cap_retry_at.load(Ordering::Acquire) => {
                     inner.sweep(now, window);
                     may_sweep = false;
                 }
-                Err(Blocked::AtCap(tier, retry_after)) => {
+                Err(tier) => {
+                    let retry_at = inner.cap_retry_at.load(Ordering::Acquire);
                     return Ok(StoreOutcome::Denied {
                         tier,
-                        retry_after: Duration::from_micros(retry_after.max(1)),
-                    })
-                }
-            }
-        };
-        let cutoff = now.saturating_sub(window);
-        let cost = req.cost;
-        let mut remaining = u64::MAX;
-        let mut binding = 0usize;
-        let mut shadow_denied = None;
-        // Which tiers record the request: all but the full shadow ones.
-        let mut records = [false; 3];
-        for (i, ((h, t), record)) in held
-            .iter_mut()
-            .zip(tiers)
-            .zip(records.iter_mut())
-            .enumerate()
-        {
-            let log = h.as_mut().expect("held above").log();
-            log.trim(cutoff);
-            let count = log.count();
-            if count.saturating_add(cost) > t.limit {
-                let retry_after = if cost > t.limit {
-                    window // can never fit: a full window is the honest floor
-                } else {
-                    // The entry whose expiry makes room for `cost` more.
-                    let ts = log.expiry_of(count + cost - t.limit).unwrap_or(now);
-                    ts.saturating_add(window)
-                        .saturating_add(1)
-                        .saturating_sub(now)
-                };
-                let retry_after = Duration::from_micros(retry_after.max(1));
-                if !t.shadow {
-                    return Ok(StoreOutcome::Denied {
-                        tier: t.tier,
-                        retry_after,
+                        retry_after: Duration::from_micros(retry_at.saturating_sub(now).max(1)),
                     });
                 }
-                shadow_denied = shadow_denied.or(Some((t.tier, retry_after)));
-                if remaining > 0 {
-                    remaining = 0;
-                    binding = i;
-                }
-                continue;
-            }
-            *record = true;
-            let left = t.limit - count - cost;
-            if left < remaining {
-                remaining = left;
-                binding = i;
             }
         }
-        for (h, _) in held.iter_mut().zip(records).filter(|(_, r)| *r) {
-            let log = h.as_mut().expect("held above").log();
-            // Never record before the newest entry: the log stays sorted even when threads
-            // read the clock in one order and lock in another.
-            let at = log.entries.back().map_or(now, |&b| b.max(now));
-            log.record(at, cost);
-        }
-        let reset = match shadow_denied {
-            Some((tier, retry_after)) if tier == tiers[binding].tier => retry_after,
-            _ => {
-                let log = held[binding].as_mut().expect("held above").log();
-                let oldest = log.entries.front().copied().unwrap_or(now);
-                Duration::from_micros(
-                    oldest
-                        .saturating_add(window)
-                        .saturating_add(1)
-                        .saturating_sub(now),
-                )
-            }
-        };
-        Ok(StoreOutcome::Admitted {
-            remaining,
-            binding: tiers[binding].tier,
-            reset,
-            shadow_denied,
-        })
     }
-
     fn reset_sync(&self, tier: Tier, id: &str) {
         let map = match tier {
             Tier::Global => {
@@ -355,70 +301,155 @@ fn has_duplicate_tier(tiers: &[TierCheck<'_>]) -> bool {
         .any(|(i, a)| tiers[..i].iter().any(|b| b.tier == a.tier))
 }
 
-/// Why a check could not take its tiers' locks.
-enum Blocked {
-    /// A new key, at the cap, and a sweep may free room: sweep (with no lock held) and retry.
-    SweepFirst,
-    /// A new key, at the cap, no room until this many µs from now.
-    AtCap(Tier, u64),
-}
-
 impl Inner {
+    /// Decides one request under its tiers' locks. `Err(tier)`: the request would be admitted
+    /// but needs a new key (the first such is `tier`'s) while the key cap is reached; nothing
+    /// was recorded.
+    fn decide(&self, req: &StoreRequest<'_>, now: u64, window: u64) -> Result<StoreOutcome, Tier> {
+        let tiers = req.tiers;
+        let mut held = self.hold_all(tiers);
+        let cutoff = now.saturating_sub(window);
+        let cost = req.cost;
+        let mut remaining = u64::MAX;
+        let mut binding = 0usize;
+        let mut shadow_denied = None;
+        // Which tiers record the request: all but the full shadow ones.
+        let mut records = [false; 3];
+        for (i, ((h, t), record)) in held
+            .iter_mut()
+            .zip(tiers)
+            .zip(records.iter_mut())
+            .enumerate()
+        {
+            let Some(h) = h else { continue };
+            let log = h.log();
+            log.trim(cutoff);
+            let count = log.count();
+            if count.saturating_add(cost) > t.limit {
+                let retry_after = if cost > t.limit {
+                    window // can never fit: a full window is the honest floor
+                } else {
+                    // The entry whose expiry makes room for `cost` more.
+                    let ts = log.expiry_of(count + cost - t.limit).unwrap_or(now);
+                    ts.saturating_add(window)
+                        .saturating_add(1)
+                        .saturating_sub(now)
+                };
+                let retry_after = Duration::from_micros(retry_after.max(1));
+                if !t.shadow {
+                    // Denied: the logs are left as they were, and a key made for this check
+                    // (`Held::New`) is dropped with the guards, never inserted.
+                    return Ok(StoreOutcome::Denied {
+                        tier: t.tier,
+                        retry_after,
+                    });
+                }
+                shadow_denied = shadow_denied.or(Some((t.tier, retry_after)));
+                if remaining > 0 {
+                    remaining = 0;
+                    binding = i;
+                }
+                continue;
+            }
+            *record = true;
+            let left = t.limit - count - cost;
+            if left < remaining {
+                remaining = left;
+                binding = i;
+            }
+        }
+        // Admitted. New keys are inserted only now, and only within the cap.
+        let new_keys = held
+            .iter()
+            .zip(records)
+            .filter(|(h, r)| *r && matches!(h, Some(Held::New(..))))
+            .count();
+        if new_keys > 0 && !self.try_reserve(new_keys) {
+            let first_new = held
+                .iter()
+                .zip(records)
+                .position(|(h, r)| r && matches!(h, Some(Held::New(..))))
+                .unwrap_or(0);
+            return Err(tiers[first_new].tier);
+        }
+        for (h, _) in held.iter_mut().zip(records).filter(|(_, r)| *r) {
+            let Some(h) = h else { continue };
+            let log = h.log();
+            // Never record before the newest entry: the log stays sorted even when threads
+            // read the clock in one order and lock in another.
+            let at = log.entries.back().map_or(now, |&b| b.max(now));
+            log.record(at, cost);
+        }
+        let reset = match shadow_denied {
+            Some((tier, retry_after)) if tier == tiers[binding].tier => retry_after,
+            _ => {
+                let oldest = held[binding]
+                    .as_mut()
+                    .and_then(|h| h.log().entries.front().copied())
+                    .unwrap_or(now);
+                Duration::from_micros(
+                    oldest
+                        .saturating_add(window)
+                        .saturating_add(1)
+                        .saturating_sub(now),
+                )
+            }
+        };
+        for (h, _) in held.iter_mut().zip(records).filter(|(_, r)| *r) {
+            if let Some(Held::New(vacant, log)) = h.take() {
+                vacant.insert(log);
+            }
+        }
+        Ok(StoreOutcome::Admitted {
+            remaining,
+            binding: tiers[binding].tier,
+            reset,
+            shadow_denied,
+        })
+    }
+
     /// Locks every tier's log (in `tiers`' order), always taking them user, endpoint, global.
     #[inline]
-    fn hold_all<'a>(
-        &'a self,
-        tiers: &[TierCheck<'_>],
-        now: u64,
-        may_sweep: bool,
-    ) -> Result<[Option<Held<'a>>; 3], Blocked> {
+    fn hold_all<'a>(&'a self, tiers: &[TierCheck<'_>]) -> [Option<Held<'a>>; 3] {
         let mut held: [Option<Held<'a>>; 3] = [None, None, None];
         for kind in [Tier::User, Tier::Endpoint, Tier::Global] {
             if let Some(pos) = tiers.iter().position(|t| t.tier == kind) {
-                held[pos] = Some(self.hold(&tiers[pos], now, may_sweep)?);
+                held[pos] = Some(self.hold(&tiers[pos]));
             }
         }
-        Ok(held)
+        held
     }
 
-    /// Locks one tier's log, creating it if new.
+    /// Locks one tier's log; a key not tracked yet is held vacant, with an empty log that is
+    /// inserted only if the request is admitted.
     ///
     /// Called with the locks of earlier tiers (in user, endpoint, global order) held: the user
     /// and endpoint maps are distinct, so a held guard never shares a shard with the one taken
     /// here, and the sweep (the only other place that waits on shard locks while working) runs
     /// only with no lock held, takes one shard at a time and waits on nothing else.
     #[inline]
-    fn hold(&self, t: &TierCheck<'_>, now: u64, may_sweep: bool) -> Result<Held<'_>, Blocked> {
+    fn hold(&self, t: &TierCheck<'_>) -> Held<'_> {
         let map = match t.tier {
-            Tier::Global => return Ok(Held::Global(self.global.lock())),
+            Tier::Global => return Held::Global(self.global.lock()),
             Tier::User => &self.users,
             Tier::Endpoint => &self.endpoints,
         };
         if let Some(found) = map.get_mut(t.id) {
-            return Ok(Held::Map(found));
+            return Held::Map(found);
         }
-        if !self.try_reserve() {
-            let retry_at = self.cap_retry_at.load(Ordering::Acquire);
-            return Err(if may_sweep && now >= retry_at {
-                Blocked::SweepFirst
-            } else {
-                Blocked::AtCap(t.tier, retry_at.saturating_sub(now))
-            });
+        match map.entry(Box::from(t.id)) {
+            dashmap::Entry::Occupied(found) => Held::Map(found.into_ref()),
+            dashmap::Entry::Vacant(vacant) => Held::New(vacant, Log::default()),
         }
-        let entry = map.entry(Box::from(t.id));
-        if matches!(entry, dashmap::Entry::Occupied(_)) {
-            self.tracked.fetch_sub(1, Ordering::AcqRel); // another check made it first
-        }
-        Ok(Held::Map(entry.or_default()))
     }
 
-    fn try_reserve(&self) -> bool {
-        if self.tracked.fetch_add(1, Ordering::AcqRel) < self.max_keys {
-            true
-        } else {
-            self.tracked.fetch_sub(1, Ordering::AcqRel);
-            false
-        }
+    /// Counts `n` new keys in, unless that would pass the cap.
+    fn try_reserve(&self, n: usize) -> bool {
+        self.tracked
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                t.checked_add(n).filter(|&after| after <= self.max_keys)
+            })
+            .is_ok()
     }
 
     /// Evicts idle keys from both maps. Only one thread sweeps at a time; the others go on.

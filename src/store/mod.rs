@@ -78,6 +78,19 @@ pub enum StoreOutcome {
     },
 }
 
+impl StoreOutcome {
+    /// The answer to a request with no tier to count (an empty [`StoreRequest::tiers`]):
+    /// admitted, with no limit anywhere.
+    pub fn nothing_to_count() -> Self {
+        Self::Admitted {
+            remaining: u64::MAX,
+            binding: Tier::Global,
+            reset: Duration::ZERO,
+            shadow_denied: None,
+        }
+    }
+}
+
 /// Which kind of store serves a limiter now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Backend {
