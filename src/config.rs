@@ -20,8 +20,12 @@ use crate::duration;
 /// `now + window` exact for the next two centuries.
 pub const MAX_WINDOW: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
 
-/// The largest limit accepted: 2^53, the largest count a Redis score or Lua number holds exactly.
-pub const MAX_LIMIT: u64 = 1 << 53;
+/// The largest limit accepted: 2^50 (about 1.1 × 10^15 units a window).
+///
+/// The Redis script computes in Lua numbers (doubles, exact for integers below 2^53); with
+/// limits up to 2^50 and running totals rebased at 2^52, every number it computes stays exact,
+/// whatever the costs and however long a key lives (docs/REDIS.md, "Exactness").
+pub const MAX_LIMIT: u64 = 1 << 50;
 
 /// The default key prefix: keys are `rate_limit:user:<id>`, `rate_limit:endpoint:<route>` and
 /// `rate_limit:global`.
@@ -34,18 +38,26 @@ pub const DEFAULT_MAX_TRACKED_KEYS: usize = 1_000_000;
 pub const MAX_KEY_PREFIX_LEN: usize = 128;
 
 /// Where the Redis store takes `now` from.
+///
+/// Many app instances share one Redis, and their clocks never agree to the microsecond; one
+/// running a day ahead would record entries that block everyone else for a day. So the default
+/// is Redis `TIME`: every instance measures the window on one clock.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TimeSource {
-    /// The limiter's [`Clock`](crate::Clock) passes `now` into the script (the default). A
-    /// [`ManualClock`](crate::ManualClock) then drives Redis exactly as it drives memory. Pick it
-    /// when the app instances' clocks are synchronised (NTP keeps them within milliseconds).
+    /// The script reads Redis `TIME` (the default): one clock for every instance. The limiter's
+    /// clock is ignored by the Redis store (and by nothing else: the in-memory fallback still
+    /// uses it). On a Redis Cluster each key is timed by the master that holds it.
     #[default]
-    App,
-    /// The script reads Redis `TIME`. Pick it for fleets whose clocks drift: every instance then
-    /// measures the window on one clock. The limiter's clock is ignored by the Redis store (and by
-    /// nothing else: the in-memory fallback still uses it).
     Redis,
+    /// The limiter's [`Clock`](crate::Clock) passes `now` into the script. A
+    /// [`ManualClock`](crate::ManualClock) then drives Redis exactly as it drives memory: pick
+    /// it for tests, and for a single writer. With several instances, their clock errors
+    /// matter, but are bounded: an entry scored in a checker's future is moved back to its
+    /// `now` before anything is counted, so no request is ever told to wait longer than the
+    /// window (and 1 µs), and an instance whose clock is off by `e` shifts the entries it
+    /// touches by at most `e` (it may then admit, or make others wait, up to `e` early or late).
+    App,
 }
 
 /// Redis settings, present when the limiter should share its state through Redis.
@@ -371,7 +383,7 @@ impl RateLimitConfigBuilder {
         self
     }
 
-    /// Where the Redis store takes `now` from (default: the limiter's clock).
+    /// Where the Redis store takes `now` from (default: Redis `TIME`; see [`TimeSource`]).
     pub fn redis_time_source(mut self, source: TimeSource) -> Self {
         self.redis_mut().time_source = source;
         self
@@ -382,7 +394,7 @@ impl RateLimitConfigBuilder {
             url: String::new(),
             command_timeout: default_command_timeout(),
             connect_timeout: default_connect_timeout(),
-            time_source: TimeSource::App,
+            time_source: TimeSource::default(),
             cluster: false,
             recovery: None,
         })
@@ -422,7 +434,7 @@ pub enum ConfigError {
     #[error("window: {0:?} is longer than the maximum of 100 years (timestamps would overflow)")]
     WindowTooLarge(Duration),
     /// A limit is above [`MAX_LIMIT`].
-    #[error("{field}: {value} is above the maximum of 2^53")]
+    #[error("{field}: {value} is above the maximum of 2^50 (1125899906842624)")]
     LimitTooLarge {
         /// `user_limit`, `endpoint_limit` or `global_limit`.
         field: &'static str,

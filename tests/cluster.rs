@@ -25,6 +25,7 @@ fn config(
         .global_limit(global)
         .key_prefix(prefix)
         .redis_url(cluster.url())
+        .redis_time_source(tiered_ratelimit::TimeSource::App) // driven by a ManualClock
         .redis_command_timeout(Duration::from_millis(500))
         .build()
         .unwrap()

@@ -762,6 +762,49 @@ mod contract {
         assert_still_on(&b, &limiter);
     }
 
+    /// The hardening issue's precision repro: at the largest limit, requests of a quarter of it
+    /// each. Four fit, the fifth is denied, and a key kept alive over many windows (its running
+    /// totals passing 2^53 many times over) still counts exactly.
+    pub async fn largest_limit_and_costs_stay_exact_over_a_long_life(b: TestBackend) {
+        let max = tiered_ratelimit::config::MAX_LIMIT;
+        let quarter = max / 4;
+        let clock = ManualClock::at(secs(1_000));
+        let limiter = b.limiter(limits(max, 0, max, MINUTE), &clock).await;
+        for round in 0..40u64 {
+            for k in 1..=4u64 {
+                let d = limiter.check_n("alice", "/items", quarter).await;
+                assert_admitted(&d, max - k * quarter);
+            }
+            let d = limiter.check_n("alice", "/items", quarter).await;
+            assert_denied(&d, Tier::User, MINUTE + US);
+            // One unit fits nowhere either; the largest cost can never fit.
+            assert_denied(
+                &limiter.check("alice", "/items").await,
+                Tier::User,
+                MINUTE + US,
+            );
+            let d = limiter.check_n("alice", "/items", max + 1).await;
+            assert!(d.cost_exceeds_limit(), "round {round}: {d:?}");
+            if let Some(server) = b.server() {
+                let zcard = server.cli(&["ZCARD", "rate_limit:user:alice"]);
+                assert_eq!(zcard.trim(), "4", "round {round}");
+            }
+            clock.advance(MINUTE + US);
+        }
+        // Mixed: one costly request, then units, then exactly the rest.
+        let d = limiter.check_n("bob", "/items", max - 3).await;
+        assert_admitted(&d, 3);
+        let d = limiter.check_n("bob", "/items", 2).await;
+        assert_admitted(&d, 1);
+        assert_denied(
+            &limiter.check_n("bob", "/items", 2).await,
+            Tier::User,
+            MINUTE + US,
+        );
+        assert_admitted(&limiter.check("bob", "/items").await, 0);
+        assert_still_on(&b, &limiter);
+    }
+
     pub async fn mixed_tiers(b: TestBackend) {
         let clock = ManualClock::at(secs(1_000));
         // User and global on, endpoint off.
@@ -1281,6 +1324,7 @@ contract_tests!(
     large_window_3600s,
     large_limit_million,
     largest_limit,
+    largest_limit_and_costs_stay_exact_over_a_long_life,
     mixed_tiers,
     anonymous_requests_skip_the_user_tier,
     client_ip_does_not_collide_with_user_ids,

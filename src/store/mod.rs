@@ -12,6 +12,8 @@ use std::time::Duration;
 use crate::decision::Tier;
 
 #[cfg(feature = "redis")]
+mod denial_cache;
+#[cfg(feature = "redis")]
 mod fallback;
 mod memory;
 #[cfg(feature = "redis")]

@@ -20,11 +20,24 @@
 -- every tier with room; s is the first shadow tier that was full (0 if none; it does not
 -- record the request); b is the tier with the least remaining and b_reset_us the time until
 -- its oldest entry leaves the window; member is what was recorded in the first recording tier
--- (for a cluster's rollback). Or {0, i, retry_after_us} when KEYS[i] is the first enforced
--- tier without room (recorded nowhere).
+-- (for a cluster's rollback). Or {0, i, retry_after_us, still_us} when KEYS[i] is the first
+-- enforced tier without room (recorded nowhere); still_us > 0 when the tier has no room at all,
+-- so that nothing but its oldest entry leaving (still_us from now) or a reset can change it.
 --
--- Scores are microseconds, exact as doubles up to 2^53. Numbers are formatted with %.0f:
--- Lua's default number-to-string keeps only 14 digits.
+-- Exactness: Lua numbers are doubles, exact for integers below 2^53. Scores are microseconds
+-- (2^53 µs is the year 2255). Limits are at most 2^50 (the config's MAX_LIMIT), so the units
+-- live in a window are too; running totals would grow without end over a key's life, so once
+-- the next total would pass REBASE_AT (2^52) the key's members are rewritten with the totals
+-- less the total already expired (at most 2^50 after that). Every number the script computes
+-- then stays below 2^52 + 2 * 2^50 < 2^53. A rebase touches each live member once, and a
+-- member is rewritten at most once in its life (the next rebase is 3 * 2^50 units later, and a
+-- window holds at most 2^50). Numbers are formatted with %.0f: Lua's default number-to-string
+-- keeps only 14 digits.
+--
+-- Clocks: an entry scored after `now` (an app instance whose clock runs ahead, or a clock
+-- stepped back) is moved back to `now` before anything is counted: so no answer waits longer
+-- than a window (and 1 µs), and an instance's clock error can shift entries by at most that
+-- error.
 local now
 if ARGV[1] == '' then
   if redis.replicate_commands then redis.replicate_commands() end
@@ -35,6 +48,7 @@ else
 end
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
+local now_s = string.format('%.0f', now)
 local cutoff = string.format('(%.0f', now - window)
 
 local function total_of(member)
@@ -43,6 +57,28 @@ end
 
 local function cost_of(member)
   return tonumber(string.sub(member, 18), 16)
+end
+
+local REBASE_AT = 4503599627370496 -- 2^52
+
+-- Rewrites every member of `key` with its running total less `base` (what already expired).
+local function rebase(key, base)
+  local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  redis.call('DEL', key)
+  for j = 1, #all, 2 do
+    local member = all[j]
+    redis.call('ZADD', key, all[j + 1],
+      string.format('%016x:%x', total_of(member) - base, cost_of(member)))
+  end
+end
+
+-- Moves every entry scored after `now` back to `now` (rank order stays recording order: they
+-- are the newest entries, and equal scores sort by their running totals).
+local function clamp_future(key, now_s)
+  local future = redis.call('ZRANGEBYSCORE', key, '(' .. now_s, '+inf')
+  for _, member in ipairs(future) do
+    redis.call('ZADD', key, now_s, member)
+  end
 end
 
 local remaining = -1
@@ -61,6 +97,11 @@ for i, key in ipairs(KEYS) do
   local count, base, last = 0, 0, nil
   if first[1] then
     last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    if tonumber(last[2]) > now then
+      clamp_future(key, now_s)
+      last[2] = now_s
+      if tonumber(first[2]) > now then first[2] = now_s end
+    end
     base = total_of(first[1]) - cost_of(first[1])
     count = total_of(last[1]) - base
     oldest_at[i] = tonumber(first[2])
@@ -84,7 +125,9 @@ for i, key in ipairs(KEYS) do
     end
     if retry < 1 then retry = 1 end
     if not shadow then
-      return {0, i, retry}
+      local still = 0
+      if count >= limit then still = oldest_at[i] + window + 1 - now end
+      return {0, i, retry, still}
     end
     if shadow_tier == 0 then shadow_tier, shadow_retry = i, retry end
     if remaining ~= 0 then remaining, bind = 0, i end
@@ -103,6 +146,12 @@ for _, i in ipairs(record) do
   local total, at = cost, now
   if last then
     total = total_of(last[1]) + cost
+    if total > REBASE_AT then
+      local first = redis.call('ZRANGE', key, 0, 0)[1]
+      local base = total_of(first) - cost_of(first)
+      rebase(key, base)
+      total = total - base
+    end
     at = math.max(now, tonumber(last[2]))
   end
   local member = string.format('%016x:%x', total, cost)

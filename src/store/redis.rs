@@ -2,19 +2,19 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dashmap::DashMap;
 use fred::prelude::{
     Builder, Client, ClientLike, Config, ConnectionConfig, Error as FredError, ErrorKind,
-    KeysInterface, PerformanceConfig, SortedSetsInterface,
+    EventInterface, KeysInterface, PerformanceConfig, PubsubInterface, SortedSetsInterface,
 };
 use fred::types::scripts::Script;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use tokio::sync::watch;
 
+use super::denial_cache::DenialCache;
 use super::{Backend, Store, StoreError, StoreOutcome, StoreRequest, TierCheck};
 use crate::clock::saturating_micros;
 use crate::config::{RedisConfig, TimeSource};
@@ -37,15 +37,17 @@ enum Conn {
 ///
 /// Each check is one EVALSHA of `src/store/redis.lua`, which trims, counts and, only if every tier has
 /// room, records the request in every tier, atomically: two instances can never both take the
-/// last slot. Members are unique per request (a random 64-bit instance id and a counter), so
-/// requests in the same microsecond from many instances never collapse into one entry. Every
-/// key gets a PEXPIRE of one window (plus a millisecond) at each admission, so idle keys expire
-/// on their own.
+/// last slot. Each admitted request is one member, `<running total>:<cost>`: the key's running
+/// total of costs makes every member unique, so requests in the same microsecond from many
+/// instances never collapse into one entry. Every key gets a PEXPIRE of one window (plus a
+/// millisecond) at each admission, so idle keys expire on their own.
 ///
-/// Once Redis has said that a request's first tier (usually the user) is full until `T`,
-/// further checks of that key before `T` are denied locally, with no round trip: a flood from
-/// one user costs Redis nothing after its first denial. The cache can only deny, never admit,
-/// and holds at most 65,536 keys.
+/// Once Redis has said that a request's first tier (usually the user) has no room at all,
+/// repeats of that request (same key, same cost) are denied locally, with no round trip, until
+/// the tier's oldest entry leaves the window: a flood from one user costs Redis nothing after
+/// its first denial, and the `Retry-After` is the one Redis would give. The cache can only
+/// deny, never admit, holds at most 65,536 keys, and forgets a key on every instance when any
+/// instance resets it (Redis pub/sub; without the subscription there is no cache).
 ///
 /// The store connects in the background as soon as it is made inside a tokio runtime (else at
 /// its first check). Every call is bounded by the command timeout; any error or timeout is
@@ -64,21 +66,21 @@ struct Inner {
     connect_timeout: Duration,
     time_source: TimeSource,
     clustered: bool,
-    instance: u64,
-    counter: AtomicU64,
     conn: watch::Sender<Conn>,
     started: AtomicBool,
-    /// Keys Redis said are full for requests of a cost, with the time (µs, the limiter's
-    /// clock) until which they are: key → (until, cost).
-    denied: DashMap<String, (u64, u64), ahash::RandomState>,
+    /// Denials Redis gave for tiers without room, answered locally (see `denial_cache`).
+    denials: Arc<DenialCache>,
+    /// The runtime the store started on, to close its connections when it is dropped, and
+    /// the task listening for invalidations.
+    runtime: std::sync::OnceLock<tokio::runtime::Handle>,
+    listener: std::sync::Mutex<Option<(Client, tokio::task::JoinHandle<()>)>>,
+    /// The connections were closed (or are being closed): once is enough.
+    closed: AtomicBool,
     /// Cluster only: one plain connection per master, for ASK redirections (see `eval_one`).
     /// The lock also keeps each ASKING and the command it is for together on the wire.
     ask_clients: tokio::sync::Mutex<Vec<(String, Client)>>,
     config: RedisConfig,
 }
-
-/// At most this many keys are remembered as denied.
-const MAX_DENIED_KEYS: usize = 65_536;
 
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -112,9 +114,10 @@ impl RedisStore {
                 connect_timeout: config.connect_timeout,
                 time_source: config.time_source,
                 clustered,
-                instance: random_u64(),
-                counter: AtomicU64::new(0),
-                denied: DashMap::default(),
+                denials: Arc::new(DenialCache::default()),
+                runtime: std::sync::OnceLock::new(),
+                listener: std::sync::Mutex::new(None),
+                closed: AtomicBool::new(false),
                 ask_clients: tokio::sync::Mutex::new(Vec::new()),
                 config: config.clone(),
                 conn: watch::Sender::new(if failed {
@@ -154,11 +157,14 @@ impl RedisStore {
         if self.inner.started.swap(true, Ordering::AcqRel) {
             return;
         }
+        let _ = self.inner.runtime.set(runtime.clone());
         let inner = self.inner.clone();
         runtime.spawn(async move {
             let connected = tokio::time::timeout(inner.connect_timeout, async {
                 inner.client.init().await?;
-                inner.script.load(&inner.client).await
+                inner.script.load(&inner.client).await?;
+                inner.listen_for_invalidations().await;
+                Ok::<(), FredError>(())
             })
             .await;
             let state = match connected {
@@ -204,74 +210,50 @@ impl RedisStore {
     }
 
     async fn check_inner(&self, req: &StoreRequest<'_>) -> Result<StoreOutcome, StoreError> {
+        let Some(first) = req.tiers.first() else {
+            return Ok(StoreOutcome::nothing_to_count());
+        };
         if !self.connected().await {
             return Err(StoreError::new("Redis is unreachable"));
         }
-        let first_key = self.key(req.tiers[0].tier, req.tiers[0].id);
+        // Only the request's first tier is cached: its denial is then certain *and* it is the
+        // tier Redis would name (no earlier tier can be full: there is none).
+        let first_key = self.key(first.tier, first.id);
         let now_us = saturating_micros(req.now);
-        if let Some(denied) = self.cached_denial(&first_key, req.tiers[0].tier, req.cost, now_us) {
-            return Ok(denied);
-        }
-        let outcome = self.check_remote(req).await?;
-        if let StoreOutcome::Denied { tier, retry_after } = outcome {
-            // Full (not merely asked for more than its limit can ever hold).
-            if tier == req.tiers[0].tier && req.cost <= req.tiers[0].limit {
-                let until = now_us.saturating_add(saturating_micros(retry_after));
-                self.remember_denial(first_key, until, req.cost, now_us);
-            }
-        }
-        Ok(outcome)
-    }
-
-    /// A denial from the local cache: Redis said `key`'s tier is full until a time still ahead.
-    ///
-    /// Only the request's first tier is cached: its denial is then certain *and* it is the tier
-    /// Redis would name (an earlier tier cannot be full: there is none). A full tier's entries
-    /// only leave by expiring (denied requests record nothing), so the block holds until the
-    /// time Redis gave, unless the key is reset (this store forgets its cached block then).
-    ///
-    /// Only a request of the same cost is answered from the cache: a costlier one may have to
-    /// wait longer, a cheaper one may fit.
-    fn cached_denial(&self, key: &str, tier: Tier, cost: u64, now: u64) -> Option<StoreOutcome> {
-        let (until, cached_cost) = *self.inner.denied.get(key)?;
-        if now < until && cost == cached_cost {
-            return Some(StoreOutcome::Denied {
-                tier,
-                retry_after: Duration::from_micros(until - now),
+        let denials = &self.inner.denials;
+        if let Some(retry_after) = denials.get(&first_key, req.cost, now_us) {
+            return Ok(StoreOutcome::Denied {
+                tier: first.tier,
+                retry_after,
             });
         }
-        self.inner.denied.remove_if(key, |_, &(u, _)| u <= now);
-        None
-    }
-
-    fn remember_denial(&self, key: String, until: u64, cost: u64, now: u64) {
-        let denied = &self.inner.denied;
-        if denied.len() >= MAX_DENIED_KEYS {
-            denied.retain(|_, &mut (u, _)| u > now);
-            if denied.len() >= MAX_DENIED_KEYS {
-                return; // full of live blocks: this one goes to Redis each time
+        let reply = self.check_remote(req).await?;
+        if let Reply::Denied {
+            tier,
+            retry_after,
+            still,
+        } = reply
+        {
+            if tier == first.tier {
+                denials.remember(first_key, req.cost, now_us, retry_after, still);
             }
         }
-        denied.insert(key, (until, cost));
+        Ok(reply.outcome())
     }
 
-    async fn check_remote(&self, req: &StoreRequest<'_>) -> Result<StoreOutcome, StoreError> {
+    async fn check_remote(&self, req: &StoreRequest<'_>) -> Result<Reply, StoreError> {
         let inner = &*self.inner;
         let now = match inner.time_source {
             TimeSource::App => saturating_micros(req.now).to_string(),
             TimeSource::Redis => String::new(),
         };
-        let counter = inner.counter.fetch_add(1, Ordering::Relaxed);
-        let unique = format!("{:016x}{counter:x}", inner.instance);
         if inner.clustered && req.tiers.len() > 1 {
-            return self.check_per_tier(req, now, unique).await;
+            return self.check_per_tier(req, now).await;
         }
         let keys: Vec<String> = req.tiers.iter().map(|t| self.key(t.tier, t.id)).collect();
         let limits = req.tiers.iter().map(limit_arg);
-        let reply = self
-            .eval(keys, script_args(req, now, unique, limits))
-            .await?;
-        parse_reply(&reply, req.tiers).map(|(outcome, _)| outcome)
+        let reply = self.eval(keys, script_args(req, now, limits)).await?;
+        parse_reply(&reply, req.tiers).map(|(reply, _)| reply)
     }
 
     /// Redis Cluster: the tiers' keys live in different slots (and usually on different
@@ -284,8 +266,7 @@ impl RedisStore {
         &self,
         req: &StoreRequest<'_>,
         now: String,
-        unique: String,
-    ) -> Result<StoreOutcome, StoreError> {
+    ) -> Result<Reply, StoreError> {
         // (key, member) of every tier this request was recorded in so far.
         let mut recorded: Vec<(String, String)> = Vec::with_capacity(req.tiers.len());
         let mut remaining = u64::MAX;
@@ -293,16 +274,16 @@ impl RedisStore {
         let mut shadow_denied = None;
         for (i, tier) in req.tiers.iter().enumerate() {
             let key = self.key(tier.tier, tier.id);
-            let args = script_args(req, now.clone(), unique.clone(), [limit_arg(tier)]);
+            let args = script_args(req, now.clone(), [limit_arg(tier)]);
             let reply = self.eval_one(&key, args).await?;
-            let (outcome, member) = parse_reply(&reply, &req.tiers[i..=i])?;
-            match outcome {
-                StoreOutcome::Admitted {
+            let (reply, member) = parse_reply(&reply, &req.tiers[i..=i])?;
+            match reply {
+                Reply::Admitted(StoreOutcome::Admitted {
                     remaining: left,
                     reset: tier_reset,
                     shadow_denied: shadow,
                     ..
-                } => {
+                }) => {
                     if left < remaining {
                         (remaining, binding, reset) = (left, tier.tier, tier_reset);
                     }
@@ -315,18 +296,18 @@ impl RedisStore {
                         }
                     }
                 }
-                denied @ StoreOutcome::Denied { .. } => {
+                denied => {
                     self.roll_back(&recorded).await?;
                     return Ok(denied);
                 }
             }
         }
-        Ok(StoreOutcome::Admitted {
+        Ok(Reply::Admitted(StoreOutcome::Admitted {
             remaining,
             binding,
             reset,
             shadow_denied,
-        })
+        }))
     }
 
     /// Removes this request's entries (one member per key) again, all at once.
@@ -340,6 +321,9 @@ impl RedisStore {
                 .client
                 .zrem::<i64, _, _>(key.as_str(), member.as_str())
         });
+        for (key, _) in recorded {
+            self.inner.denials.forget(key); // a unit may be free again
+        }
         // Sent together: fred pipelines them, one round trip per node.
         let results = futures_util::future::join_all(removals).await;
         for ((key, member), result) in recorded.iter().zip(results) {
@@ -467,25 +451,123 @@ fn limit_arg(tier: &TierCheck<'_>) -> String {
 fn script_args(
     req: &StoreRequest<'_>,
     now: String,
-    member: String,
     limits: impl IntoIterator<Item = String>,
 ) -> Vec<String> {
     let mut args = Vec::with_capacity(4 + req.tiers.len());
     args.push(now);
     args.push(saturating_micros(req.window).to_string());
     args.push(req.cost.to_string());
-    args.push(member);
+    args.push(String::new()); // ARGV[4]: unused since members carry their running totals
     args.extend(limits);
     args
 }
 
+/// The invalidation channel of a key prefix: every store on it forgets the keys published.
+fn invalidation_channel(prefix: &str) -> String {
+    format!("{prefix}:invalidate")
+}
+
 impl Inner {
+    /// Subscribes a connection of its own to the invalidation channel, and turns the denial
+    /// cache on once it is subscribed. Any failure, error or lag on that connection turns the
+    /// cache off (and empties it) for good: nothing is then answered that a reset elsewhere
+    /// could have changed.
+    async fn listen_for_invalidations(&self) {
+        let subscriber = self.client.clone_new();
+        let subscribed = async {
+            subscriber.init().await?;
+            subscriber
+                .subscribe(invalidation_channel(&self.prefix))
+                .await
+        };
+        let mut messages = subscriber.message_rx();
+        let mut errors = subscriber.error_rx();
+        if let Err(error) = subscribed.await {
+            tracing::warn!(%error, "no Redis invalidation channel: repeated denials ask Redis");
+            let _ = subscriber.quit().await;
+            return;
+        }
+        let denials = self.denials.clone();
+        denials.enable();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    message = messages.recv() => match message {
+                        Ok(message) => match message.value.as_str() {
+                            Some(key) => denials.forget(&key),
+                            None => denials.disable(),
+                        },
+                        Err(_) => break, // lagged or closed: messages may be lost
+                    },
+                    _ = errors.recv() => break,
+                }
+            }
+            denials.disable();
+        });
+        *self.listener.lock().unwrap_or_else(|e| e.into_inner()) = Some((subscriber, task));
+    }
+
+    /// Closes the connections (after a fallback, or when the store is dropped), in the
+    /// background, on the runtime the store started on.
     fn shutdown(&self) {
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let client = self.client.clone();
-            runtime.spawn(async move {
+        self.denials.disable();
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let listener = self
+            .listener
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let runtime = tokio::runtime::Handle::try_current()
+            .ok()
+            .or_else(|| self.runtime.get().cloned());
+        let Some(runtime) = runtime else {
+            return;
+        };
+        let mut clients = vec![self.client.clone()];
+        if let Some((subscriber, task)) = listener {
+            task.abort();
+            clients.push(subscriber);
+        }
+        if let Ok(ask) = self.ask_clients.try_lock() {
+            clients.extend(ask.iter().map(|(_, c)| c.clone()));
+        }
+        runtime.spawn(async move {
+            for client in clients {
                 let _ = tokio::time::timeout(Duration::from_secs(1), client.quit()).await;
-            });
+            }
+        });
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// What the script answered.
+#[derive(Clone, Copy, Debug)]
+enum Reply {
+    /// Admitted (always [`StoreOutcome::Admitted`]).
+    Admitted(StoreOutcome),
+    /// Denied by `tier`; `still` is how long the tier cannot change (zero: it has room left,
+    /// just not enough for this request).
+    Denied {
+        tier: Tier,
+        retry_after: Duration,
+        still: Duration,
+    },
+}
+
+impl Reply {
+    fn outcome(self) -> StoreOutcome {
+        match self {
+            Self::Admitted(outcome) => outcome,
+            Self::Denied {
+                tier, retry_after, ..
+            } => StoreOutcome::Denied { tier, retry_after },
         }
     }
 }
@@ -494,7 +576,7 @@ impl Inner {
 fn parse_reply(
     reply: &[Value],
     tiers: &[TierCheck<'_>],
-) -> Result<(StoreOutcome, Option<String>), StoreError> {
+) -> Result<(Reply, Option<String>), StoreError> {
     let bad = || {
         StoreError::new(format!(
             "unexpected reply from the rate limit script: {reply:?}"
@@ -509,7 +591,7 @@ fn parse_reply(
     let ints: Vec<i64> = reply.iter().map_while(Value::as_i64).collect();
     match (ints.as_slice(), reply.get(6)) {
         ([1, remaining, shadow, shadow_retry_us, binding, reset_us], member) => Ok((
-            StoreOutcome::Admitted {
+            Reply::Admitted(StoreOutcome::Admitted {
                 remaining: u64::try_from(*remaining).map_err(|_| bad())?,
                 binding: tier_at(*binding).ok_or_else(bad)?,
                 reset: micros(*reset_us),
@@ -517,13 +599,14 @@ fn parse_reply(
                     0 => None,
                     i => Some((tier_at(*i).ok_or_else(bad)?, micros(*shadow_retry_us))),
                 },
-            },
+            }),
             member.and_then(|m| m.as_string()).filter(|m| !m.is_empty()),
         )),
-        ([0, index, retry_us], None) => Ok((
-            StoreOutcome::Denied {
+        ([0, index, retry_us, still_us], None) => Ok((
+            Reply::Denied {
                 tier: tier_at(*index).ok_or_else(bad)?,
                 retry_after: micros(*retry_us),
+                still: Duration::from_micros(u64::try_from(*still_us).unwrap_or(0)),
             },
             None,
         )),
@@ -580,20 +663,6 @@ fn build_client(config: &RedisConfig) -> Result<Client, FredError> {
     builder.build()
 }
 
-/// 64 random bits from the OS, through std's randomly seeded hasher.
-fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos(),
-    );
-    hasher.write_u32(std::process::id());
-    hasher.finish()
-}
-
 impl Store for RedisStore {
     fn check(
         &self,
@@ -610,13 +679,20 @@ impl Store for RedisStore {
     fn reset(&self, tier: Tier, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
         let key = self.key(tier, id);
         let timeout = self.inner.command_timeout;
-        self.inner.denied.remove(&key);
+        self.inner.denials.forget(&key);
         let delete = async move {
             if !self.connected().await {
                 return Err(StoreError::new("Redis is unreachable"));
             }
-            let deleted: Result<i64, _> = self.inner.client.del(key).await;
-            deleted.map(|_| ()).map_err(|e| fred_error("DEL failed", e))
+            let client = &self.inner.client;
+            let deleted: Result<i64, _> = client.del(key.as_str()).await;
+            deleted.map_err(|e| fred_error("DEL failed", e))?;
+            // Every instance forgets its cached denials of the key.
+            let channel = invalidation_channel(&self.inner.prefix);
+            let published: Result<i64, _> = client.publish(channel, key).await;
+            published
+                .map(|_| ())
+                .map_err(|e| fred_error("PUBLISH failed", e))
         };
         async move {
             tokio::time::timeout(timeout, delete)

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tiered_ratelimit::{
-    Backend, ManualClock, RateLimitConfig, RateLimitConfigBuilder, RateLimiter,
+    Backend, ManualClock, RateLimitConfig, RateLimitConfigBuilder, RateLimiter, TimeSource,
 };
 
 /// A free TCP port on 127.0.0.1 (free when asked; callers retry if it is taken meanwhile).
@@ -359,12 +359,14 @@ impl TestBackend {
             Self::Memory => config.build().expect("valid config"),
             Self::Redis(server) => config
                 .redis_url(server.url())
+                .redis_time_source(TimeSource::App)
                 .redis_command_timeout(Duration::from_secs(2))
                 .build()
                 .expect("valid config"),
             Self::Cluster(cluster, prefix) => config
                 .key_prefix(prefix.as_str())
                 .redis_url(cluster.url())
+                .redis_time_source(TimeSource::App)
                 .redis_command_timeout(Duration::from_secs(2))
                 .build()
                 .expect("valid config"),

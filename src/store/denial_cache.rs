@@ -1,0 +1,156 @@
+//! The Redis store's local memory of denials: repeats of a denied request answered with no round
+//! trip, never with a `Retry-After` shorter than Redis would give, and forgotten on every
+//! instance when any instance resets the key.
+//!
+//! A denial is remembered only when Redis said the tier has **no room at all**: then nothing
+//! but its oldest entry leaving the window (or a reset) can change the key, since a denied
+//! request records nothing and no request of any cost can be admitted. Until that moment (the
+//! `still` of the script's reply) the wait Redis gave for the request's cost is exact, so a
+//! repeat of the same cost is answered from here with the same absolute wait. A tier with some
+//! room left (less than the request's cost) is never cached: a cheaper request may be admitted
+//! at any moment, and move the real wait later.
+//!
+//! Resets go through Redis pub/sub: the resetting instance publishes the key on
+//! `<prefix>:invalidate` after deleting it, and every instance subscribed drops it. The cache is
+//! only used while the subscription is up; if the subscription fails, lags or errors, the
+//! cache is cleared and switched off for the store's life (every check then asks Redis).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use dashmap::DashMap;
+
+/// At most this many keys are remembered.
+const MAX_KEYS: usize = 65_536;
+
+#[derive(Clone, Copy, Debug)]
+struct Cached {
+    /// Until when (µs, the limiter's clock) the key cannot change.
+    still_until: u64,
+    /// When (µs) a request of `cost` fits, as Redis said.
+    fits_at: u64,
+    cost: u64,
+}
+
+/// Denials remembered per Redis key (see the module docs).
+#[derive(Debug, Default)]
+pub(crate) struct DenialCache {
+    entries: DashMap<String, Cached, ahash::RandomState>,
+    /// The invalidation subscription is up: the cache may answer.
+    live: AtomicBool,
+}
+
+impl DenialCache {
+    /// The wait for a request of `cost` on `key` at `now` (µs), if a denial is remembered.
+    pub(crate) fn get(&self, key: &str, cost: u64, now: u64) -> Option<Duration> {
+        if !self.live.load(Ordering::Acquire) {
+            return None;
+        }
+        let cached = *self.entries.get(key)?;
+        if now < cached.still_until && cost == cached.cost {
+            return Some(Duration::from_micros(
+                cached.fits_at.saturating_sub(now).max(1),
+            ));
+        }
+        if now >= cached.still_until {
+            self.entries.remove_if(key, |_, c| c.still_until <= now);
+        }
+        None
+    }
+
+    /// Remembers that `key` has no room, unchanged for `still` from `now` (µs), and that a
+    /// request of `cost` fits after `retry_after`.
+    pub(crate) fn remember(
+        &self,
+        key: String,
+        cost: u64,
+        now: u64,
+        retry_after: Duration,
+        still: Duration,
+    ) {
+        if !self.live.load(Ordering::Acquire) || still.is_zero() {
+            return;
+        }
+        let micros = |d: Duration| now.saturating_add(crate::clock::saturating_micros(d));
+        let entries = &self.entries;
+        if entries.len() >= MAX_KEYS {
+            entries.retain(|_, c| c.still_until > now);
+            if entries.len() >= MAX_KEYS {
+                return; // full of live denials: this one goes to Redis each time
+            }
+        }
+        entries.insert(
+            key,
+            Cached {
+                still_until: micros(still),
+                fits_at: micros(retry_after),
+                cost,
+            },
+        );
+    }
+
+    /// Forgets one key (it was reset here or on another instance).
+    pub(crate) fn forget(&self, key: &str) {
+        self.entries.remove(key);
+    }
+
+    /// The invalidation subscription is up: answer from the cache from now on.
+    pub(crate) fn enable(&self) {
+        self.live.store(true, Ordering::Release);
+    }
+
+    /// The subscription is gone: forget everything and answer nothing from here again.
+    pub(crate) fn disable(&self) {
+        self.live.store(false, Ordering::Release);
+        self.entries.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn answers_only_the_same_cost_and_only_while_the_key_cannot_change() {
+        let cache = DenialCache::default();
+        cache.enable();
+        // At t = 1000 µs: no room until 5 ms from now, cost 2 fits in 8 ms.
+        cache.remember("k".into(), 2, 1_000, 8 * MS, 5 * MS);
+        assert_eq!(cache.get("k", 2, 1_000), Some(8 * MS));
+        assert_eq!(cache.get("k", 2, 3_000), Some(6 * MS));
+        assert_eq!(cache.get("k", 1, 3_000), None, "another cost asks Redis");
+        assert_eq!(
+            cache.get("k", 2, 6_000),
+            None,
+            "the oldest entry may have left"
+        );
+        assert_eq!(cache.get("k", 2, 3_000), None, "and the entry is gone");
+    }
+
+    #[test]
+    fn a_tier_with_room_left_is_never_remembered() {
+        let cache = DenialCache::default();
+        cache.enable();
+        cache.remember("k".into(), 3, 0, 8 * MS, Duration::ZERO);
+        assert_eq!(cache.get("k", 3, 0), None);
+    }
+
+    #[test]
+    fn nothing_is_answered_without_the_subscription() {
+        let cache = DenialCache::default();
+        cache.remember("k".into(), 1, 0, 8 * MS, 5 * MS);
+        assert_eq!(cache.get("k", 1, 0), None);
+        cache.enable();
+        cache.remember("k".into(), 1, 0, 8 * MS, 5 * MS);
+        assert!(cache.get("k", 1, 0).is_some());
+        cache.disable();
+        assert_eq!(cache.get("k", 1, 0), None);
+        cache.enable();
+        assert_eq!(cache.get("k", 1, 0), None, "disabling forgot everything");
+        cache.remember("k".into(), 1, 0, 8 * MS, 5 * MS);
+        cache.forget("k");
+        assert_eq!(cache.get("k", 1, 0), None);
+    }
+}
