@@ -474,17 +474,35 @@ impl Inner {
     /// could have changed.
     async fn listen_for_invalidations(&self) {
         let subscriber = self.client.clone_new();
-        let subscribed = async {
-            subscriber.init().await?;
-            subscriber
-                .subscribe(invalidation_channel(&self.prefix))
-                .await
-        };
+        let channel = invalidation_channel(&self.prefix);
         let mut messages = subscriber.message_rx();
         let mut errors = subscriber.error_rx();
-        if let Err(error) = subscribed.await {
+        // Subscribed, and a probe published on the channel came back through it.
+        let subscribed = async {
+            subscriber.init().await?;
+            subscriber.subscribe(channel.as_str()).await?;
+            let receivers: i64 = self.client.publish(channel.as_str(), "").await?;
+            if receivers < 1 {
+                return Err(FredError::new(
+                    ErrorKind::Unknown,
+                    "SUBSCRIBE had no effect",
+                ));
+            }
+            loop {
+                let message = messages.recv().await.map_err(|e| {
+                    FredError::new(ErrorKind::Unknown, format!("invalidation channel: {e}"))
+                })?;
+                if message.value.as_str().is_some_and(|v| v.is_empty()) {
+                    return Ok::<(), FredError>(());
+                }
+            }
+        };
+        let subscribed = tokio::time::timeout(self.connect_timeout, subscribed)
+            .await
+            .unwrap_or_else(|_| Err(FredError::new(ErrorKind::Timeout, "no probe came back")));
+        if let Err(error) = subscribed {
             tracing::warn!(%error, "no Redis invalidation channel: repeated denials ask Redis");
-            let _ = subscriber.quit().await;
+            let _ = tokio::time::timeout(Duration::from_secs(1), subscriber.quit()).await;
             return;
         }
         let denials = self.denials.clone();
