@@ -23,7 +23,7 @@ use tokio::io::AsyncWriteExt;
 const USAGE: &str = "\
 usage: server [--listen ADDR] [--window DURATION] [--user-limit N] [--endpoint-limit N]
               [--global-limit N] [--redis URL] [--redis-timeout DURATION]
-              [--trusted-proxy CIDR]...
+              [--trusted-proxy CIDR]... [--client-ip-header NAME] [--max-tracked-keys N]
 
   --listen ADDR              address to serve on (default 127.0.0.1:3000; port 0 takes a free one)
   --window DURATION          sliding window, e.g. 60s, 1500ms, 1m (default 60s)
@@ -32,14 +32,19 @@ usage: server [--listen ADDR] [--window DURATION] [--user-limit N] [--endpoint-l
   --global-limit N           requests in all per window, 0 = off (default 1000)
   --redis URL                share limits through Redis (default: in memory)
   --redis-timeout DURATION   longest wait on Redis before falling back to memory (default 100ms)
-  --trusted-proxy CIDR       a proxy network whose X-Forwarded-For / Forwarded entries are
-                             believed (repeatable; default: none, the peer is the client)
+  --trusted-proxy CIDR       a proxy network whose client-IP header entries are believed
+                             (repeatable; default: none, the peer is the client); 0.0.0.0/0
+                             and ::/0 are refused: every client could name itself
+  --client-ip-header NAME    the one header the trusted proxies write the client address in
+                             (default x-forwarded-for; forwarded, x-real-ip, ...)
+  --max-tracked-keys N       cap on user and endpoint keys kept in memory (default 1000000)
 ";
 
 struct Args {
     listen: SocketAddr,
     config: RateLimitConfig,
     trusted_proxies: Vec<IpNet>,
+    client_ip_header: Option<axum::http::HeaderName>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -50,6 +55,7 @@ fn parse_args() -> Result<Args, String> {
         .endpoint_limit(100)
         .global_limit(1000);
     let mut trusted_proxies = Vec::new();
+    let mut client_ip_header = None;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "-h" || flag == "--help" {
@@ -76,9 +82,27 @@ fn parse_args() -> Result<Args, String> {
             "--global-limit" => builder.global_limit(number(&value)?),
             "--redis" => builder.redis_url(value),
             "--trusted-proxy" => {
-                trusted_proxies.push(value.parse().map_err(|e| format!("--trusted-proxy: {e}"))?);
+                let network: IpNet = value.parse().map_err(|e| format!("--trusted-proxy: {e}"))?;
+                if network.is_everything() {
+                    return Err(format!(
+                        "--trusted-proxy: {network} trusts every client to name its own \
+                         address; name your proxies' networks"
+                    ));
+                }
+                trusted_proxies.push(network);
                 builder
             }
+            "--client-ip-header" => {
+                client_ip_header = Some(
+                    axum::http::HeaderName::try_from(value.as_str())
+                        .map_err(|_| format!("--client-ip-header: {value:?} is no header name"))?,
+                );
+                builder
+            }
+            "--max-tracked-keys" => builder.max_tracked_keys(
+                usize::try_from(number(&value)?)
+                    .map_err(|_| format!("--max-tracked-keys: {value} is too large"))?,
+            ),
             "--redis-timeout" => builder.redis_command_timeout(
                 parse_duration(&value).map_err(|e| format!("--redis-timeout: {e}"))?,
             ),
@@ -92,16 +116,24 @@ fn parse_args() -> Result<Args, String> {
         listen,
         config,
         trusted_proxies,
+        client_ip_header,
     })
 }
 
-fn app(limiter: RateLimiter, trusted_proxies: Vec<IpNet>) -> Router {
-    let layer = RateLimitLayer::from_limiter(limiter)
+fn app(
+    limiter: RateLimiter,
+    trusted_proxies: Vec<IpNet>,
+    client_ip_header: Option<axum::http::HeaderName>,
+) -> Router {
+    let mut layer = RateLimitLayer::from_limiter(limiter)
         .user_id(|parts| {
             let id = parts.headers.get("x-user-id")?.to_str().ok()?;
             (!id.is_empty()).then(|| id.to_owned())
         })
         .trusted_proxies(trusted_proxies);
+    if let Some(name) = client_ip_header {
+        layer = layer.client_ip_header(name);
+    }
     let api = Router::new()
         .route("/api/v1/items", get(list_items).post(create_item))
         .route("/api/v1/items/{id}", get(get_item))
@@ -186,8 +218,8 @@ async fn main() -> ExitCode {
         .write_all(format!("listening on {addr}\n").as_bytes())
         .await;
     let _ = stdout.flush().await;
-    let service =
-        app(limiter, args.trusted_proxies).into_make_service_with_connect_info::<SocketAddr>();
+    let service = app(limiter, args.trusted_proxies, args.client_ip_header)
+        .into_make_service_with_connect_info::<SocketAddr>();
     if let Err(e) = axum::serve(listener, service)
         .with_graceful_shutdown(shutdown_signal())
         .await

@@ -1,7 +1,10 @@
 //! Which address stands for the client when a request carries no user id: the peer, or,
-//! behind trusted proxies, the rightmost untrusted address of `Forwarded` / `X-Forwarded-For`.
+//! behind trusted proxies, the rightmost untrusted address of the one header the operator names
+//! (`X-Forwarded-For` by default; `Forwarded`, `X-Real-IP` or another when configured).
 //!
-//! The left end of those headers is written by the client and proves nothing; each trusted
+//! Only that header is read, never a mix: a header the proxies do not write passes through
+//! them as the client sent it, so reading it would let the client pick its own bucket.
+//! The left end of the chain is written by the client and proves nothing; each trusted
 //! proxy appends the address it saw. So the chain (header entries, then the peer) is read from
 //! the right: trusted proxies are skipped, and the first address that is not one is the
 //! client. If the peer itself is not a trusted proxy, the headers are ignored altogether.
@@ -118,10 +121,37 @@ pub(crate) enum Proxies {
     Hops(usize),
 }
 
+/// The header that carries the chain of addresses the proxies saw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ChainHeader {
+    /// RFC 7239 `Forwarded`: the `for=` parameter of each element.
+    Forwarded,
+    /// A comma-separated list of addresses (`X-Forwarded-For`, `X-Real-IP`, ...).
+    List(http::HeaderName),
+}
+
+impl ChainHeader {
+    /// `Forwarded` for that name, else a list header.
+    pub(crate) fn named(name: http::HeaderName) -> Self {
+        if name == http::header::FORWARDED {
+            Self::Forwarded
+        } else {
+            Self::List(name)
+        }
+    }
+}
+
+impl Default for ChainHeader {
+    fn default() -> Self {
+        Self::List(http::HeaderName::from_static("x-forwarded-for"))
+    }
+}
+
 /// How the layer finds the client's address.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct ClientIpRule {
     pub(crate) proxies: Proxies,
+    pub(crate) header: ChainHeader,
     pub(crate) ipv6_prefix: u8,
 }
 
@@ -129,8 +159,17 @@ impl Default for ClientIpRule {
     fn default() -> Self {
         Self {
             proxies: Proxies::None,
+            header: ChainHeader::default(),
             ipv6_prefix: 64,
         }
+    }
+}
+
+impl IpNet {
+    /// Whether the network holds every address of its family (`0.0.0.0/0`, `::/0`): trusting
+    /// it trusts every client to name itself.
+    pub fn is_everything(&self) -> bool {
+        self.prefix == 0
     }
 }
 
@@ -144,7 +183,7 @@ impl ClientIpRule {
                 let trusted = |ip: IpAddr| nets.iter().any(|n| n.contains(ip));
                 if trusted(peer) {
                     let mut chosen = peer;
-                    for hop in forwarded_chain(parts).into_iter().rev() {
+                    for hop in self.chain(parts).into_iter().rev() {
                         match hop {
                             Some(ip) if trusted(ip) => chosen = ip,
                             Some(ip) => {
@@ -162,7 +201,7 @@ impl ClientIpRule {
                 }
             }
             Proxies::Hops(n) => {
-                let chain = forwarded_chain(parts);
+                let chain = self.chain(parts);
                 // chain + [peer]: the client is `n` entries left of the peer.
                 match chain.len().checked_sub(*n) {
                     Some(i) if *n > 0 => chain[i].unwrap_or(peer),
@@ -177,32 +216,35 @@ impl ClientIpRule {
     }
 }
 
-/// The addresses of `Forwarded` (if present) or else `X-Forwarded-For`, left to right, across
-/// every header line; `None` for an entry that is not an address.
-fn forwarded_chain(parts: &Parts) -> Vec<Option<IpAddr>> {
-    let forwarded = parts.headers.get_all(http::header::FORWARDED);
-    if forwarded.iter().next().is_some() {
-        return forwarded
-            .iter()
-            .flat_map(|v| v.to_str().unwrap_or("").split(','))
-            .map(|element| {
-                element
-                    .split(';')
-                    .find_map(|pair| {
-                        let (k, v) = pair.split_once('=')?;
-                        k.trim().eq_ignore_ascii_case("for").then_some(v)
-                    })
-                    .and_then(parse_node)
-            })
-            .collect();
+impl ClientIpRule {
+    /// The addresses of the configured header, left to right, across every header line;
+    /// `None` for an entry that is not an address.
+    fn chain(&self, parts: &Parts) -> Vec<Option<IpAddr>> {
+        match &self.header {
+            ChainHeader::Forwarded => parts
+                .headers
+                .get_all(http::header::FORWARDED)
+                .iter()
+                .flat_map(|v| v.to_str().unwrap_or("").split(','))
+                .map(|element| {
+                    element
+                        .split(';')
+                        .find_map(|pair| {
+                            let (k, v) = pair.split_once('=')?;
+                            k.trim().eq_ignore_ascii_case("for").then_some(v)
+                        })
+                        .and_then(parse_node)
+                })
+                .collect(),
+            ChainHeader::List(name) => parts
+                .headers
+                .get_all(name)
+                .iter()
+                .flat_map(|v| v.to_str().unwrap_or("").split(','))
+                .map(parse_node)
+                .collect(),
+        }
     }
-    parts
-        .headers
-        .get_all("x-forwarded-for")
-        .iter()
-        .flat_map(|v| v.to_str().unwrap_or("").split(','))
-        .map(parse_node)
-        .collect()
 }
 
 /// An address as proxies write it: `192.0.2.1`, `192.0.2.1:4711`, `"[2001:db8::1]:4711"`,
@@ -240,7 +282,7 @@ mod tests {
     fn behind(nets: &[&str]) -> ClientIpRule {
         ClientIpRule {
             proxies: Proxies::Networks(nets.iter().map(|n| n.parse().unwrap()).collect()),
-            ipv6_prefix: 64,
+            ..ClientIpRule::default()
         }
     }
 
@@ -294,9 +336,51 @@ mod tests {
         assert_eq!(rule.client(&p, ip("198.51.100.4")), ip("198.51.100.4"));
     }
 
+    /// The hardening issue's repro: the proxy appends `X-Forwarded-For`; the client sends its
+    /// own `Forwarded`, which the proxy passes through. Only the named header counts.
     #[test]
-    fn forwarded_header_wins_and_is_parsed() {
-        let rule = behind(&["10.0.0.0/8"]);
+    fn only_the_named_header_is_read_never_a_mix() {
+        let rule = behind(&["127.0.0.1/32"]);
+        let p = parts(&[
+            ("x-forwarded-for", "10.9.9.8"),
+            ("forwarded", "for=6.6.6.1"),
+        ]);
+        assert_eq!(rule.client(&p, ip("127.0.0.1")), ip("10.9.9.8"));
+        let forwarded = ClientIpRule {
+            header: ChainHeader::named(http::header::FORWARDED),
+            ..rule.clone()
+        };
+        assert_eq!(forwarded.client(&p, ip("127.0.0.1")), ip("6.6.6.1"));
+        let real_ip = ClientIpRule {
+            header: ChainHeader::named(http::HeaderName::from_static("x-real-ip")),
+            ..rule
+        };
+        let p = parts(&[
+            ("x-real-ip", "198.51.100.7"),
+            ("x-forwarded-for", "6.6.6.6"),
+            ("forwarded", "for=6.6.6.1"),
+        ]);
+        assert_eq!(real_ip.client(&p, ip("127.0.0.1")), ip("198.51.100.7"));
+        // Absent: the peer stands in.
+        assert_eq!(
+            real_ip.client(&parts(&[("forwarded", "for=6.6.6.1")]), ip("127.0.0.1")),
+            ip("127.0.0.1")
+        );
+    }
+
+    #[test]
+    fn everything_networks_are_recognised() {
+        assert!("0.0.0.0/0".parse::<IpNet>().unwrap().is_everything());
+        assert!("::/0".parse::<IpNet>().unwrap().is_everything());
+        assert!(!"10.0.0.0/8".parse::<IpNet>().unwrap().is_everything());
+    }
+
+    #[test]
+    fn forwarded_header_is_parsed_when_named() {
+        let rule = ClientIpRule {
+            header: ChainHeader::Forwarded,
+            ..behind(&["10.0.0.0/8"])
+        };
         let p = parts(&[
             (
                 "forwarded",
@@ -320,7 +404,7 @@ mod tests {
     fn hop_count() {
         let rule = ClientIpRule {
             proxies: Proxies::Hops(2),
-            ipv6_prefix: 64,
+            ..ClientIpRule::default()
         };
         let p = parts(&[("x-forwarded-for", "6.6.6.6, 198.51.100.4, 10.0.0.2")]);
         assert_eq!(rule.client(&p, ip("10.0.0.1")), ip("198.51.100.4"));
@@ -351,8 +435,8 @@ mod tests {
             rule.client(&p, ip("::ffff:5.6.7.8"))
         );
         let wide = ClientIpRule {
-            proxies: Proxies::None,
             ipv6_prefix: 48,
+            ..ClientIpRule::default()
         };
         assert_eq!(
             wide.client(&p, ip("2001:db8:1:2::1")),

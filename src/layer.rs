@@ -156,9 +156,10 @@ impl RateLimitLayer {
         self
     }
 
-    /// Behind proxies in these networks, the client is the rightmost address of `Forwarded`
-    /// (or, without it, `X-Forwarded-For`) that is not one of them — never the leftmost, which
-    /// the client writes. Headers are ignored when the peer is not a trusted proxy.
+    /// Behind proxies in these networks, the client is the rightmost address of the client-IP
+    /// header that is not one of them — never the leftmost, which the client writes. The header is
+    /// `X-Forwarded-For` unless [`client_ip_header`](Self::client_ip_header) names another;
+    /// headers are ignored when the peer is not a trusted proxy.
     ///
     /// ```
     /// # use tiered_ratelimit::{RateLimitConfig, RateLimitLayer, IpNet};
@@ -168,9 +169,37 @@ impl RateLimitLayer {
     ///     "fd00::/8".parse().unwrap(),
     /// ]);
     /// ```
+    ///
+    /// A network of every address (`0.0.0.0/0`, `::/0`) trusts every client to name itself,
+    /// so that any client can pick its own bucket: it is logged as an error when the layer is
+    /// built this way (the demo server refuses it).
     pub fn trusted_proxies(mut self, networks: impl IntoIterator<Item = IpNet>) -> Self {
-        Arc::make_mut(&mut self.client_ip).proxies =
-            Proxies::Networks(networks.into_iter().collect());
+        let networks: Vec<IpNet> = networks.into_iter().collect();
+        if let Some(all) = networks.iter().find(|n| n.is_everything()) {
+            tracing::error!(
+                network = %all,
+                "trusted_proxies: {all} trusts every client to name its own address, so any \
+                 client can pick its own rate-limit bucket; name your proxies' networks instead"
+            );
+        }
+        Arc::make_mut(&mut self.client_ip).proxies = Proxies::Networks(networks);
+        self
+    }
+
+    /// The one header that carries the addresses the trusted proxies saw (default
+    /// `X-Forwarded-For`): `forwarded` for RFC 7239 `Forwarded`, or a comma-separated list
+    /// header such as `x-real-ip`. No other header is read: a header your proxies do not write
+    /// passes through them as the client sent it.
+    ///
+    /// ```
+    /// # use tiered_ratelimit::{RateLimitConfig, RateLimitLayer, IpNet};
+    /// # let config = RateLimitConfig::builder().user_limit(5).build().unwrap();
+    /// let layer = RateLimitLayer::new(config)
+    ///     .trusted_proxies(["10.0.0.0/8".parse::<IpNet>().unwrap()])
+    ///     .client_ip_header(http::header::FORWARDED);
+    /// ```
+    pub fn client_ip_header(mut self, name: http::HeaderName) -> Self {
+        Arc::make_mut(&mut self.client_ip).header = crate::client_ip::ChainHeader::named(name);
         self
     }
 

@@ -16,13 +16,17 @@ fn server_binary() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().unwrap().parent().unwrap(); // target/<profile>/deps -> target/<profile>
     let path = dir.join("examples").join("server");
-    if !path.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--example", "server"])
-            .status()
-            .unwrap();
+    // Built once per test binary, so that a run of this file alone never tests a stale demo.
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(|| {
+        let mut build = Command::new(env!("CARGO"));
+        build.args(["build", "--example", "server"]);
+        if !cfg!(debug_assertions) {
+            build.arg("--release");
+        }
+        let status = build.status().unwrap();
         assert!(status.success(), "cargo build --example server");
-    }
+    });
     path
 }
 
@@ -219,4 +223,80 @@ async fn behind_a_trusted_proxy_the_forwarded_client_is_limited() {
         "spoofing the leftmost entry does not help"
     );
     assert_eq!(get("198.51.100.5").await.unwrap().status(), StatusCode::OK);
+}
+
+/// The key-cap lockout repro through the demo: `--user-limit 5 --endpoint-limit 100` at a small
+/// `--max-tracked-keys`, a flood of distinct `X-User-Id`s on one route (almost all denied by the
+/// endpoint tier), then a brand-new user on another route: admitted.
+#[tokio::test]
+async fn a_flood_of_denied_ids_does_not_lock_new_users_out() {
+    let demo = Demo::start(&[
+        "--user-limit",
+        "5",
+        "--endpoint-limit",
+        "100",
+        "--global-limit",
+        "0",
+        "--max-tracked-keys",
+        "200",
+    ]);
+    let client = reqwest::Client::new();
+    let mut admitted = 0;
+    for i in 0..2_000 {
+        let status = client
+            .get(demo.url("/api/v1/items"))
+            .header("x-user-id", format!("flood-{i}"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        admitted += usize::from(status == StatusCode::OK);
+    }
+    assert_eq!(admitted, 100);
+    let resp = client
+        .get(demo.url("/api/v1/items/7"))
+        .header("x-user-id", "newcomer")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK, "{:?}", resp.headers());
+}
+
+/// `--client-ip-header` names the one header read behind `--trusted-proxy`; a network of every
+/// address is refused.
+#[tokio::test]
+async fn the_client_ip_header_is_the_one_named_and_trust_in_everyone_is_refused() {
+    let demo = Demo::start(&[
+        "--user-limit",
+        "2",
+        "--trusted-proxy",
+        "127.0.0.1/32",
+        "--client-ip-header",
+        "x-real-ip",
+    ]);
+    let client = reqwest::Client::new();
+    let mut passed = 0;
+    for n in 0..6 {
+        let status = client
+            .get(demo.url("/api/v1/items"))
+            .header("x-real-ip", "198.51.100.9")
+            .header("x-forwarded-for", format!("6.6.6.{n}"))
+            .header("forwarded", format!("for=6.6.6.{n}"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        passed += usize::from(status == StatusCode::OK);
+    }
+    assert_eq!(passed, 2);
+
+    for everything in ["0.0.0.0/0", "::/0"] {
+        let out = Command::new(server_binary())
+            .args(["--listen", "127.0.0.1:0", "--trusted-proxy", everything])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("trusts every client"), "{stderr}");
+    }
 }

@@ -501,15 +501,37 @@ async fn behind_trusted_proxies_the_rightmost_untrusted_address_is_the_client() 
         get_forwarded(&client, &url, xff, "198.51.100.5").await,
         StatusCode::OK
     );
-    // RFC 7239 Forwarded, with an IPv6 client and a port.
+    // RFC 7239 Forwarded is not read unless named.
     let fwd = "forwarded";
     assert_eq!(
-        get_forwarded(&client, &url, fwd, "for=\"[2001:db8:1:2::a]:4711\"").await,
+        get_forwarded(&client, &url, fwd, "for=203.0.113.77").await,
+        StatusCode::OK,
+        "the peer 127.0.0.1 is the client"
+    );
+    assert_eq!(
+        get_forwarded(&client, &url, fwd, "for=203.0.113.78").await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the peer again, whatever Forwarded says"
+    );
+    // The same layer reading Forwarded, with an IPv6 client and a port.
+    let layer = RateLimitLayer::new(config(1, 0, 0))
+        .trusted_proxies(["127.0.0.0/8".parse().unwrap()])
+        .client_ip_header(http::header::FORWARDED);
+    let base = serve(items_router().route_layer(layer), true).await;
+    let forwarded_url = format!("{base}/api/v1/items");
+    assert_eq!(
+        get_forwarded(
+            &client,
+            &forwarded_url,
+            fwd,
+            "for=\"[2001:db8:1:2::a]:4711\""
+        )
+        .await,
         StatusCode::OK
     );
     // Same /64: the same client.
     assert_eq!(
-        get_forwarded(&client, &url, fwd, "for=\"[2001:db8:1:2::b]\"").await,
+        get_forwarded(&client, &forwarded_url, fwd, "for=\"[2001:db8:1:2::b]\"").await,
         StatusCode::TOO_MANY_REQUESTS
     );
     // IPv4-mapped addresses are IPv4: two of them are two clients, not one ::ffff:0:0/64.
@@ -525,6 +547,56 @@ async fn behind_trusted_proxies_the_rightmost_untrusted_address_is_the_client() 
         get_forwarded(&client, &url, xff, "192.0.2.1").await,
         StatusCode::TOO_MANY_REQUESTS,
         "::ffff:192.0.2.1 is 192.0.2.1"
+    );
+}
+
+/// The hardening issue's repro: behind a proxy on 127.0.0.1 that appends `X-Forwarded-For`,
+/// a client that sends `Forwarded: for=6.6.6.N` itself cannot pick its own bucket.
+#[tokio::test]
+async fn a_client_cannot_pick_its_bucket_through_a_header_the_proxy_does_not_write() {
+    let layer =
+        RateLimitLayer::new(config(2, 0, 0)).trusted_proxies(["127.0.0.1/32".parse().unwrap()]);
+    let base = serve(items_router().route_layer(layer), true).await;
+    let client = reqwest::Client::new();
+    let url = format!("{base}/api/v1/items");
+    let mut passed = 0;
+    for n in 0..6 {
+        let status = client
+            .get(&url)
+            .header("x-forwarded-for", "10.9.9.8")
+            .header("forwarded", format!("for=6.6.6.{n}"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        passed += usize::from(status == StatusCode::OK);
+    }
+    assert_eq!(passed, 2, "keyed by the proxy's X-Forwarded-For only");
+
+    // Named X-Real-IP: only it counts.
+    let layer = RateLimitLayer::new(config(1, 0, 0))
+        .trusted_proxies(["127.0.0.1/32".parse().unwrap()])
+        .client_ip_header(http::HeaderName::from_static("x-real-ip"));
+    let base = serve(items_router().route_layer(layer), true).await;
+    let url = format!("{base}/api/v1/items");
+    let get = |real: &'static str, xff: &'static str| {
+        client
+            .get(&url)
+            .header("x-real-ip", real)
+            .header("x-forwarded-for", xff)
+            .send()
+    };
+    assert_eq!(
+        get("198.51.100.1", "6.6.6.1").await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        get("198.51.100.1", "6.6.6.2").await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        get("198.51.100.2", "6.6.6.2").await.unwrap().status(),
+        StatusCode::OK
     );
 }
 
