@@ -552,7 +552,9 @@ impl Inner {
             clients.extend(ask.iter().map(|(_, c)| c.clone()));
         }
         runtime.spawn(async move {
-            for client in clients {
+            // A client that never connected (or already lost its connection) has nothing to
+            // close, and fred would log a warning of its own for it.
+            for client in clients.into_iter().filter(|c| c.is_connected()) {
                 let _ = tokio::time::timeout(Duration::from_secs(1), client.quit()).await;
             }
         });
