@@ -348,3 +348,30 @@ impl Migration {
 fn ok(reply: String) {
     assert_eq!(reply.trim(), "OK");
 }
+
+/// On the cluster too, a reset on one instance lifts the cached denials of the others (the
+/// invalidation channel is cluster-wide: PUBLISH reaches every node's subscribers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_on_one_instance_lifts_cached_denials_everywhere() {
+    let cluster = RedisCluster::shared();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let a = limiter(config(cluster, "invalidate", 2, 0, 0), &clock).await;
+    let b = limiter(config(cluster, "invalidate", 2, 0, 0), &clock).await;
+    for _ in 0..2 {
+        assert!(b.check("carol", "/").await.allowed());
+    }
+    assert!(!b.check("carol", "/").await.allowed());
+    assert!(!b.check("carol", "/").await.allowed()); // from b's cache
+    let sent = std::time::Instant::now();
+    a.reset_user("carol").await;
+    let mut seen = None;
+    while sent.elapsed() < Duration::from_secs(2) {
+        if b.check("carol", "/").await.allowed() {
+            seen = Some(sent.elapsed());
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let seen = seen.expect("b saw the reset");
+    assert!(seen < Duration::from_millis(100), "{seen:?}");
+}
