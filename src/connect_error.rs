@@ -167,8 +167,8 @@ impl ConnectError {
                  redis-cluster:// or cluster = true; a single server needs neither)"
             }
             Self::Unreachable { .. } => {
-                "check that Redis runs and that the host and port in redis.url are right and \
-                 reachable from here"
+                "check that Redis runs, that the host and port in redis.url are right and \
+                 reachable from here, and whether the port expects TLS (then use rediss://)"
             }
             Self::Timeout { .. } => {
                 "check that Redis is up and not overloaded, or raise redis.connect_timeout / \

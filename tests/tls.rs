@@ -318,3 +318,22 @@ fn tls_settings_need_a_tls_url() {
     let e = serde_json::from_str::<RateLimitConfig>(&text).unwrap_err();
     assert!(e.to_string().contains("redis.tls_key_file"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plaintext_url_against_a_tls_port_does_not_connect() {
+    let pki = Pki::new();
+    let server = pki.server("no");
+    let config = limits(5, 0, 0, MINUTE)
+        .redis_url(format!("redis://127.0.0.1:{}", server.port()))
+        .redis_connect_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let error = RateLimiter::try_connect(config).await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ConnectError::Unreachable { .. } | ConnectError::Timeout { .. }
+        ),
+        "{error:?}"
+    );
+}
