@@ -5,6 +5,10 @@
 //!     --user-limit 50 --endpoint-limit 100 --global-limit 1000 [--redis redis://127.0.0.1:6379]
 //! ```
 //!
+//! With `--redis-required`, a Redis that cannot be used at start (wrong password, missing
+//! permission, TLS failure, unreachable, ...) ends the server with exit code 1 and the reason,
+//! instead of falling back to per-instance limits in memory.
+//!
 //! `GET /api/v1/items`, `GET /api/v1/items/{id}` and `POST /api/v1/items` are limited;
 //! `GET /health` is not. The user id is the `X-User-Id` header, else the client IP. Once it
 //! accepts connections it prints one line, `listening on ADDR`, to stdout; logs go to stderr.
@@ -23,6 +27,7 @@ use tokio::io::AsyncWriteExt;
 const USAGE: &str = "\
 usage: server [--listen ADDR] [--window DURATION] [--user-limit N] [--endpoint-limit N]
               [--global-limit N] [--redis URL] [--redis-timeout DURATION]
+              [--redis-ca PATH] [--redis-cert PATH --redis-key PATH] [--redis-required]
               [--trusted-proxy CIDR]... [--client-ip-header NAME] [--max-tracked-keys N]
 
   --listen ADDR              address to serve on (default 127.0.0.1:3000; port 0 takes a free one)
@@ -31,7 +36,13 @@ usage: server [--listen ADDR] [--window DURATION] [--user-limit N] [--endpoint-l
   --endpoint-limit N         requests per route per window, 0 = off (default 100)
   --global-limit N           requests in all per window, 0 = off (default 1000)
   --redis URL                share limits through Redis (default: in memory)
-  --redis-timeout DURATION   longest wait on Redis before falling back to memory (default 100ms)
+  --redis-timeout DURATION   longest wait on Redis before falling back to memory (default 100ms;
+                             1ms to 60s)
+  --redis-ca PATH            rediss:// only: trust this PEM CA file instead of the system's store
+  --redis-cert PATH          rediss:// only, mutual TLS: client certificate (PEM; needs --redis-key)
+  --redis-key PATH           rediss:// only, mutual TLS: the client certificate's key (PEM)
+  --redis-required           exit (code 1) if Redis cannot be used at start, instead of falling
+                             back to in-memory limits
   --trusted-proxy CIDR       a proxy network whose client-IP header entries are believed
                              (repeatable; default: none, the peer is the client); 0.0.0.0/0
                              and ::/0 are refused: every client could name itself
@@ -45,6 +56,7 @@ struct Args {
     config: RateLimitConfig,
     trusted_proxies: Vec<IpNet>,
     client_ip_header: Option<axum::http::HeaderName>,
+    redis_required: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -56,11 +68,17 @@ fn parse_args() -> Result<Args, String> {
         .global_limit(1000);
     let mut trusted_proxies = Vec::new();
     let mut client_ip_header = None;
+    let mut redis_required = false;
+    let (mut client_cert, mut client_key) = (None, None);
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "-h" || flag == "--help" {
             print!("{USAGE}");
             std::process::exit(0);
+        }
+        if flag == "--redis-required" {
+            redis_required = true;
+            continue;
         }
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
         let number = |v: &str| {
@@ -106,17 +124,35 @@ fn parse_args() -> Result<Args, String> {
             "--redis-timeout" => builder.redis_command_timeout(
                 parse_duration(&value).map_err(|e| format!("--redis-timeout: {e}"))?,
             ),
+            "--redis-ca" => builder.redis_tls_ca_file(value),
+            "--redis-cert" => {
+                client_cert = Some(value);
+                builder
+            }
+            "--redis-key" => {
+                client_key = Some(value);
+                builder
+            }
             other => return Err(format!("unknown flag {other}")),
         };
     }
+    builder = match (client_cert, client_key) {
+        (Some(cert), Some(key)) => builder.redis_tls_client_cert(cert, key),
+        (None, None) => builder,
+        _ => return Err("--redis-cert and --redis-key go together".to_owned()),
+    };
     let config = builder
         .build()
         .map_err(|e| format!("invalid settings: {e}"))?;
+    if redis_required && config.redis().is_none() {
+        return Err("--redis-required needs --redis URL".to_owned());
+    }
     Ok(Args {
         listen,
         config,
         trusted_proxies,
         client_ip_header,
+        redis_required,
     })
 }
 
@@ -192,7 +228,15 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let limiter = if args.config.redis().is_some() {
+    let limiter = if args.redis_required {
+        match RateLimiter::try_connect(args.config.clone()).await {
+            Ok(limiter) => limiter,
+            Err(e) => {
+                eprintln!("error: --redis-required: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else if args.config.redis().is_some() {
         RateLimiter::connect(args.config.clone()).await
     } else {
         RateLimiter::new(args.config.clone())

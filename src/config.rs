@@ -4,6 +4,7 @@
 //! both validate it: a bad value is a [`ConfigError`] naming the field, never a panic later.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use std::collections::BTreeMap;
@@ -37,6 +38,17 @@ pub const DEFAULT_MAX_TRACKED_KEYS: usize = 1_000_000;
 /// The longest key prefix accepted, in bytes.
 pub const MAX_KEY_PREFIX_LEN: usize = 128;
 
+/// The shortest Redis timeout accepted (command and connect): 1 ms. Shorter, a healthy Redis
+/// would miss it and the limiter fall back on its first request.
+pub const MIN_REDIS_TIMEOUT: Duration = Duration::from_millis(1);
+
+/// The longest command timeout accepted: 60 s. A check waits on Redis at most this long;
+/// longer would let requests hang on a dead Redis instead of falling back.
+pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The longest connect timeout accepted: 5 minutes.
+pub const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
 /// Where the Redis store takes `now` from.
 ///
 /// Many app instances share one Redis, and their clocks never agree to the microsecond; one
@@ -64,14 +76,33 @@ pub enum TimeSource {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedisConfig {
-    /// The Redis URL, as fred parses it: `redis://host:port/db`, `redis-cluster://host:port`, ...
+    /// The Redis URL: `redis://[[user]:password@]host[:port][/db]`, `rediss://...` (TLS,
+    /// feature `tls`), `redis-cluster://host:port?node=host2:port2`, `rediss-cluster://...`,
+    /// `redis-sentinel://host:port?sentinelServiceName=NAME`, `rediss-sentinel://...`,
+    /// `redis+unix:///path/to/redis.sock` (or `unix://`; Unix only), and the same schemes with
+    /// `valkey` in place of `redis`. Anything else is a [`ConfigError`].
     pub url: String,
-    /// The longest a check may wait on Redis before the limiter falls back to memory.
+    /// The longest a check may wait on Redis before the limiter falls back to memory (default
+    /// 100 ms; from [`MIN_REDIS_TIMEOUT`] to [`MAX_COMMAND_TIMEOUT`], 1 ms to 60 s).
     #[serde(with = "duration::serde_duration", default = "default_command_timeout")]
     pub command_timeout: Duration,
-    /// The longest the first connection may take (see [`RateLimiter::connect`](crate::RateLimiter::connect)).
+    /// The longest the first connection may take (see
+    /// [`RateLimiter::connect`](crate::RateLimiter::connect); default 1 s; from
+    /// [`MIN_REDIS_TIMEOUT`] to [`MAX_CONNECT_TIMEOUT`], 1 ms to 5 min).
     #[serde(with = "duration::serde_duration", default = "default_connect_timeout")]
     pub connect_timeout: Duration,
+    /// TLS URLs only: a PEM file of the CA certificate(s) to trust instead of the system's
+    /// trust store (for a private CA). Read when the store connects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ca_file: Option<PathBuf>,
+    /// TLS URLs only, for mutual TLS: a PEM file of the client certificate (chain) shown to
+    /// the server. Needs [`tls_key_file`](Self::tls_key_file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// TLS URLs only, for mutual TLS: a PEM file of the client certificate's private key
+    /// (PKCS#8, PKCS#1 or SEC1). Needs [`tls_cert_file`](Self::tls_cert_file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_key_file: Option<PathBuf>,
     /// Where the Redis store takes `now` from.
     #[serde(default)]
     pub time_source: TimeSource,
@@ -371,13 +402,14 @@ impl RateLimitConfigBuilder {
         self
     }
 
-    /// How long a check may wait on Redis before falling back to memory (default 100 ms).
+    /// How long a check may wait on Redis before falling back to memory (default 100 ms; 1 ms
+    /// to 60 s).
     pub fn redis_command_timeout(mut self, timeout: Duration) -> Self {
         self.redis_mut().command_timeout = timeout;
         self
     }
 
-    /// How long the first connection to Redis may take (default 1 s).
+    /// How long the first connection to Redis may take (default 1 s; 1 ms to 5 minutes).
     pub fn redis_connect_timeout(mut self, timeout: Duration) -> Self {
         self.redis_mut().connect_timeout = timeout;
         self
@@ -389,11 +421,34 @@ impl RateLimitConfigBuilder {
         self
     }
 
+    /// TLS (`rediss://`): trust the CA certificate(s) in this PEM file instead of the system's
+    /// trust store, for a Redis whose certificate a private CA signed.
+    pub fn redis_tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.redis_mut().tls_ca_file = Some(path.into());
+        self
+    }
+
+    /// Mutual TLS (`rediss://` to a server with `tls-auth-clients yes`): the client certificate
+    /// (chain) and its private key, both PEM files.
+    pub fn redis_tls_client_cert(
+        mut self,
+        cert_file: impl Into<PathBuf>,
+        key_file: impl Into<PathBuf>,
+    ) -> Self {
+        let redis = self.redis_mut();
+        redis.tls_cert_file = Some(cert_file.into());
+        redis.tls_key_file = Some(key_file.into());
+        self
+    }
+
     fn redis_mut(&mut self) -> &mut RedisConfig {
         self.raw.redis.get_or_insert_with(|| RedisConfig {
             url: String::new(),
             command_timeout: default_command_timeout(),
             connect_timeout: default_connect_timeout(),
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
             time_source: TimeSource::default(),
             cluster: false,
             recovery: None,
@@ -454,6 +509,33 @@ pub enum ConfigError {
     /// A Redis timeout is zero.
     #[error("{0}: must be greater than zero")]
     ZeroTimeout(&'static str),
+    /// A Redis timeout is outside its range: `redis.command_timeout` 1 ms to 60 s,
+    /// `redis.connect_timeout` 1 ms to 5 minutes.
+    #[error("{field}: {value:?} is outside the accepted range {min:?} to {max:?}")]
+    TimeoutOutOfRange {
+        /// `redis.command_timeout` or `redis.connect_timeout`.
+        field: &'static str,
+        /// The value given.
+        value: Duration,
+        /// The shortest accepted.
+        min: Duration,
+        /// The longest accepted.
+        max: Duration,
+    },
+    /// A TLS URL (`rediss://`, `rediss-cluster://`, `valkeys://`, ...) in a build without the
+    /// `tls` feature. Refused rather than connecting in plaintext.
+    #[error(
+        "redis.url: a TLS URL needs the `tls` feature, which this build lacks \
+         (refusing to connect in plaintext)"
+    )]
+    TlsFeatureDisabled,
+    /// A TLS file is set but the URL does not use TLS (it would be ignored, and the
+    /// connection be plaintext): use `rediss://`.
+    #[error("{0}: set, but redis.url is not a TLS URL (use rediss://, rediss-cluster://, ...)")]
+    TlsFileWithoutTls(&'static str),
+    /// Only one of the client certificate and its key is set.
+    #[error("{0}: missing (mutual TLS needs both redis.tls_cert_file and redis.tls_key_file)")]
+    IncompleteClientCert(&'static str),
     /// A user is put on a plan that is not defined.
     #[error("users.{user}: plan {plan:?} is not defined in plans")]
     UnknownPlan {
@@ -479,7 +561,11 @@ impl ConfigError {
             Self::InvalidKeyPrefix(_) => "key_prefix",
             Self::ZeroMaxTrackedKeys => "max_tracked_keys",
             Self::InvalidRedisUrl(_) | Self::RedisFeatureDisabled => "redis.url",
-            Self::ZeroTimeout(field) => field,
+            Self::ZeroTimeout(field)
+            | Self::TimeoutOutOfRange { field, .. }
+            | Self::TlsFileWithoutTls(field)
+            | Self::IncompleteClientCert(field) => field,
+            Self::TlsFeatureDisabled => "redis.url",
             Self::BackoffBelowInitial => "redis.recovery.max_backoff",
             Self::UnknownPlan { .. } => "users",
         }
@@ -635,12 +721,16 @@ fn validate_prefix(prefix: &str) -> Result<(), ConfigError> {
 }
 
 fn validate_redis(redis: &RedisConfig) -> Result<(), ConfigError> {
-    if redis.command_timeout.is_zero() {
-        return Err(ConfigError::ZeroTimeout("redis.command_timeout"));
-    }
-    if redis.connect_timeout.is_zero() {
-        return Err(ConfigError::ZeroTimeout("redis.connect_timeout"));
-    }
+    validate_timeout(
+        "redis.command_timeout",
+        redis.command_timeout,
+        MAX_COMMAND_TIMEOUT,
+    )?;
+    validate_timeout(
+        "redis.connect_timeout",
+        redis.connect_timeout,
+        MAX_CONNECT_TIMEOUT,
+    )?;
     if let Some(recovery) = &redis.recovery {
         if recovery.initial_backoff.is_zero() {
             return Err(ConfigError::ZeroTimeout("redis.recovery.initial_backoff"));
@@ -652,22 +742,10 @@ fn validate_redis(redis: &RedisConfig) -> Result<(), ConfigError> {
     if redis.url.is_empty() {
         return Err(ConfigError::InvalidRedisUrl("must not be empty".to_owned()));
     }
-    const SCHEMES: [&str; 8] = [
-        "redis://",
-        "rediss://",
-        "redis-cluster://",
-        "rediss-cluster://",
-        "redis-sentinel://",
-        "rediss-sentinel://",
-        "redis+unix://",
-        "unix://",
-    ];
-    if !SCHEMES.iter().any(|s| redis.url.starts_with(s)) {
-        return Err(ConfigError::InvalidRedisUrl(
-            "must start with redis://, rediss://, redis-cluster://, rediss-cluster://, \
-             redis-sentinel://, rediss-sentinel:// or unix://"
-                .to_owned(),
-        ));
+    let scheme = crate::redis_url::scheme(&redis.url)?;
+    validate_tls_files(redis, scheme.tls)?;
+    if scheme.tls && !cfg!(feature = "tls") {
+        return Err(ConfigError::TlsFeatureDisabled);
     }
     #[cfg(feature = "redis")]
     {
@@ -678,6 +756,44 @@ fn validate_redis(redis: &RedisConfig) -> Result<(), ConfigError> {
     #[cfg(not(feature = "redis"))]
     {
         Err(ConfigError::RedisFeatureDisabled)
+    }
+}
+
+fn validate_timeout(
+    field: &'static str,
+    value: Duration,
+    max: Duration,
+) -> Result<(), ConfigError> {
+    if value.is_zero() {
+        return Err(ConfigError::ZeroTimeout(field));
+    }
+    if value < MIN_REDIS_TIMEOUT || value > max {
+        return Err(ConfigError::TimeoutOutOfRange {
+            field,
+            value,
+            min: MIN_REDIS_TIMEOUT,
+            max,
+        });
+    }
+    Ok(())
+}
+
+/// TLS files only with a TLS URL, and a client certificate only with its key.
+fn validate_tls_files(redis: &RedisConfig, tls: bool) -> Result<(), ConfigError> {
+    let files = [
+        ("redis.tls_ca_file", &redis.tls_ca_file),
+        ("redis.tls_cert_file", &redis.tls_cert_file),
+        ("redis.tls_key_file", &redis.tls_key_file),
+    ];
+    if let Some((field, _)) = files.iter().find(|(_, f)| f.is_some()) {
+        if !tls {
+            return Err(ConfigError::TlsFileWithoutTls(field));
+        }
+    }
+    match (&redis.tls_cert_file, &redis.tls_key_file) {
+        (Some(_), None) => Err(ConfigError::IncompleteClientCert("redis.tls_key_file")),
+        (None, Some(_)) => Err(ConfigError::IncompleteClientCert("redis.tls_cert_file")),
+        _ => Ok(()),
     }
 }
 

@@ -6,12 +6,14 @@
 mod client_ip;
 mod clock;
 pub mod config;
+mod connect_error;
 mod decision;
 mod duration;
 pub mod key;
 mod layer;
 mod limiter;
 pub mod observe;
+mod redis_url;
 pub mod store;
 
 pub use crate::client_ip::{IpNet, ParseIpNetError};
@@ -20,6 +22,7 @@ pub use crate::config::{
     ConfigError, Plan, RateLimitConfig, RateLimitConfigBuilder, Recovery, RedisConfig, RouteLimits,
     TimeSource,
 };
+pub use crate::connect_error::ConnectError;
 pub use crate::decision::{
     Decision, HeaderStyle, Tier, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_REMAINING,
 };

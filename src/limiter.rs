@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::RateLimitConfig;
+use crate::connect_error::ConnectError;
 use crate::decision::{Decision, HeaderStyle, Policies, Tier};
 use crate::key::{encode_id, encode_ip, UNMATCHED_ENDPOINT};
 use crate::observe;
@@ -340,6 +341,45 @@ impl RateLimiter {
         limiter
     }
 
+    /// The strict start: like [`connect`](Self::connect), but if the first connection to Redis
+    /// fails, returns why instead of falling back to memory — a wrong password, a missing
+    /// permission, a TLS failure or a missing database ([`ConnectError::is_config`]), Redis
+    /// unreachable, or no answer within the connect timeout. For services that would rather
+    /// not start than enforce per-instance limits. Returns at once on memory.
+    ///
+    /// It checks what a connection does: the handshake (TLS included), authentication, the
+    /// database, and loading the script. Once started, the limiter behaves as any other: a
+    /// later failure falls back to memory.
+    ///
+    /// ```no_run
+    /// # use tiered_ratelimit::{RateLimitConfig, RateLimiter};
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let config = RateLimitConfig::builder()
+    ///     .user_limit(50)
+    ///     .redis_url("rediss://:secret@redis.internal:6380")
+    ///     .redis_tls_ca_file("/etc/redis/ca.pem")
+    ///     .build()?;
+    /// let limiter = match RateLimiter::try_connect(config).await {
+    ///     Ok(limiter) => limiter,
+    ///     Err(e) if e.is_config() => panic!("fix the Redis settings: {e}"),
+    ///     Err(e) => return Err(e.into()),
+    /// };
+    /// # let _ = limiter; Ok(()) }
+    /// ```
+    pub async fn try_connect(config: RateLimitConfig) -> Result<Self, ConnectError> {
+        Self::builder(config).try_connect().await
+    }
+
+    /// Why the limiter left Redis for memory, while it is on memory after a fallback (`None`
+    /// on Redis, and for memory or custom stores).
+    pub fn fallback_cause(&self) -> Option<ConnectError> {
+        match &self.inner.store {
+            #[cfg(feature = "redis")]
+            StoreKind::Redis(store) => store.fallback_cause(),
+            _ => None,
+        }
+    }
+
     /// Waits (at most the connect timeout) until the Redis connection is up or has failed (and
     /// the limiter has fallen back to memory). Returns at once on memory.
     pub async fn wait_connected(&self) {
@@ -565,6 +605,17 @@ impl RateLimiterBuilder {
     pub fn store(mut self, store: impl Store) -> Self {
         self.store = Some(StoreKind::Custom(Box::new(store)));
         self
+    }
+
+    /// Builds the limiter and starts it strictly: see
+    /// [`RateLimiter::try_connect`].
+    pub async fn try_connect(self) -> Result<RateLimiter, ConnectError> {
+        let limiter = self.build();
+        #[cfg(feature = "redis")]
+        if let StoreKind::Redis(store) = &limiter.inner.store {
+            store.try_wait_connected().await?;
+        }
+        Ok(limiter)
     }
 
     /// Builds the limiter.

@@ -8,12 +8,13 @@
 //! |---|---|---|---|
 //! | `tiered_ratelimit_checks_total` | counter | `decision` = `allowed` \| `denied` \| `shadow_denied`, `tier` = `user` \| `endpoint` \| `global` \| `none` | every decision; `tier` is the blocking tier, or the shadow tier that would have blocked (`none` when allowed) |
 //! | `tiered_ratelimit_store_errors_total` | counter | `backend` = `redis` \| `custom` | store calls that failed (Redis: each one also starts the fallback, if not done yet) |
-//! | `tiered_ratelimit_fallbacks_total` | counter | | swaps from Redis to memory (at most one per limiter, unless recovery is on) |
+//! | `tiered_ratelimit_fallbacks_total` | counter | `reason` = `config` \| `unreachable` \| `timeout` \| `error` | swaps from Redis to memory (at most one per limiter, unless recovery is on); `config`: the settings are at fault (password, permission, TLS, database: see [`ConnectError`](crate::ConnectError)) |
 //! | `tiered_ratelimit_recoveries_total` | counter | | swaps back from memory to Redis (opt-in recovery) |
 //! | `tiered_ratelimit_store_duration_seconds` | histogram | `backend` = `redis` \| `custom` | how long a store that waits took to answer (a memory check takes ~100 ns and is not timed) |
 //!
 //! `tracing`: the layer opens a `rate_limit` span (level DEBUG) around each check, with the
-//! fields `tier` and `decision` recorded once decided; a fallback logs one WARN event.
+//! fields `tier` and `decision` recorded once decided; a fallback logs one event: ERROR naming
+//! the cause and the fix when the configuration is at fault, WARN for an outage.
 
 use crate::decision::{Decision, Tier};
 
@@ -21,7 +22,8 @@ use crate::decision::{Decision, Tier};
 pub const CHECKS_TOTAL: &str = "tiered_ratelimit_checks_total";
 /// Counter of failed store calls: label `backend`.
 pub const STORE_ERRORS_TOTAL: &str = "tiered_ratelimit_store_errors_total";
-/// Counter of swaps from Redis to memory.
+/// Counter of swaps from Redis to memory: label `reason` (`config`, `unreachable`, `timeout`,
+/// `error`; see [`ConnectError::reason`](crate::ConnectError::reason)).
 pub const FALLBACKS_TOTAL: &str = "tiered_ratelimit_fallbacks_total";
 /// Counter of swaps back from memory to Redis.
 pub const RECOVERIES_TOTAL: &str = "tiered_ratelimit_recoveries_total";
@@ -73,8 +75,8 @@ pub(crate) fn store_error(backend: &'static str) {
 }
 
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-pub(crate) fn fallback() {
-    metrics::counter!(FALLBACKS_TOTAL).increment(1);
+pub(crate) fn fallback(reason: &'static str) {
+    metrics::counter!(FALLBACKS_TOTAL, "reason" => reason).increment(1);
 }
 
 pub(crate) fn store_duration(backend: &'static str, seconds: f64) {

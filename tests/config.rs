@@ -652,13 +652,21 @@ fn redis_urls_of_other_schemes_are_rejected() {
     }
     for url in [
         "redis://127.0.0.1:6379",
-        "rediss://127.0.0.1:6379",
         "redis-cluster://127.0.0.1:7000?node=127.0.0.1:7001",
     ] {
         assert!(
             RateLimitConfig::builder().redis_url(url).build().is_ok(),
             "{url}"
         );
+    }
+    // TLS only with the `tls` feature: never plaintext instead.
+    let tls = RateLimitConfig::builder()
+        .redis_url("rediss://127.0.0.1:6379")
+        .build();
+    if cfg!(feature = "tls") {
+        assert!(tls.is_ok());
+    } else {
+        assert_eq!(tls.unwrap_err(), ConfigError::TlsFeatureDisabled);
     }
 }
 

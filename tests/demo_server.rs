@@ -127,6 +127,80 @@ async fn bad_flags_are_a_clear_error_not_a_crash() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+#[tokio::test]
+async fn redis_required_exits_non_zero_with_the_cause_of_a_misconfiguration() {
+    let redis = RedisServer::start();
+    redis.cli(&["CONFIG", "SET", "requirepass", "secret"]);
+    let wrong = format!("redis://:wrong@127.0.0.1:{}", redis.port());
+    let out = Command::new(server_binary())
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--redis",
+            &wrong,
+            "--redis-required",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--redis-required"), "{err}");
+    assert!(err.contains("WRONGPASS"), "{err}");
+    assert!(
+        err.contains("fix: set the right user and password"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "it never listened");
+
+    // Without the flag the same settings serve, on memory.
+    let demo = Demo::start(&["--user-limit", "3", "--redis", &wrong]);
+    let status = reqwest::get(demo.url("/api/v1/items"))
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, StatusCode::OK);
+
+    // With the right password and the flag: serves, on Redis.
+    let right = format!("redis://:secret@127.0.0.1:{}", redis.port());
+    let demo = Demo::start(&["--user-limit", "3", "--redis", &right, "--redis-required"]);
+    let status = reqwest::Client::new()
+        .get(demo.url("/api/v1/items"))
+        .header("x-user-id", "req")
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, StatusCode::OK);
+    let card = redis.cli(&[
+        "-a",
+        "secret",
+        "--no-auth-warning",
+        "ZCARD",
+        "rate_limit:user:req",
+    ]);
+    assert_eq!(card.trim(), "1");
+}
+
+#[test]
+fn tls_flags_are_checked_with_the_other_settings() {
+    let run = |args: &[&str]| {
+        let out = Command::new(server_binary()).args(args).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&["--redis", "redis://127.0.0.1:1", "--redis-ca", "/ca.pem"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("redis.tls_ca_file"), "{err}");
+    let (code, err) = run(&["--redis", "rediss://127.0.0.1:1", "--redis-cert", "/c.pem"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("--redis-key"), "{err}");
+    let (code, err) = run(&["--redis-required"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("--redis URL"), "{err}");
+}
+
 /// Two server processes behind one Redis: hundreds of concurrent requests spread over both
 /// admit exactly the global limit, not one more, not one less.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

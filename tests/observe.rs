@@ -50,6 +50,17 @@ fn counter(s: &Snap, name: &str, labels: &[(&str, &str)]) -> u64 {
         .unwrap_or(0)
 }
 
+/// The counter `name` summed over all its label values.
+fn counter_sum(s: &Snap, name: &str) -> u64 {
+    s.iter()
+        .filter(|(key, ..)| key.key().name() == name)
+        .map(|(_, _, _, value)| match value {
+            DebugValue::Counter(n) => *n,
+            _ => 0,
+        })
+        .sum()
+}
+
 fn histogram_samples(s: &Snap, name: &str, backend: &str) -> usize {
     s.iter()
         .filter(|(key, ..)| {
@@ -142,7 +153,7 @@ async fn metrics_and_spans_report_decisions_fallbacks_and_store_latency() {
         ),
         3
     );
-    assert_eq!(counter(&m, FALLBACKS_TOTAL, &[]), 0);
+    assert_eq!(counter_sum(&m, FALLBACKS_TOTAL), 0);
 
     // A fallback: counted once, with the error that caused it.
     drop(server);
@@ -150,7 +161,12 @@ async fn metrics_and_spans_report_decisions_fallbacks_and_store_latency() {
     assert!(redis.check("r", "/").await.allowed());
     assert_eq!(redis.backend(), Backend::Memory);
     let m = snap(&s);
-    assert_eq!(counter(&m, FALLBACKS_TOTAL, &[]), 1);
+    assert_eq!(counter_sum(&m, FALLBACKS_TOTAL), 1);
+    assert_eq!(
+        counter(&m, FALLBACKS_TOTAL, &[("reason", "config")]),
+        0,
+        "a killed server is an outage"
+    );
     assert!(counter(&m, STORE_ERRORS_TOTAL, &[("backend", "redis")]) >= 1);
     // Redis absent at start: a second limiter, a second fallback.
     let absent = RateLimiter::connect(
@@ -161,7 +177,25 @@ async fn metrics_and_spans_report_decisions_fallbacks_and_store_latency() {
     )
     .await;
     assert_eq!(absent.backend(), Backend::Memory);
-    assert_eq!(counter(&snap(&s), FALLBACKS_TOTAL, &[]), 1);
+    assert_eq!(
+        counter(&snap(&s), FALLBACKS_TOTAL, &[("reason", "unreachable")]),
+        1
+    );
+
+    // A wrong password: a fallback for a configuration error, labelled so.
+    let guarded = RedisServer::start();
+    guarded.cli(&["CONFIG", "SET", "requirepass", "secret"]);
+    let misconfigured = RateLimiter::connect(
+        limits(5, 0, 0, MINUTE)
+            .redis_url(format!("redis://:wrong@127.0.0.1:{}", guarded.port()))
+            .build()
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(misconfigured.backend(), Backend::Memory);
+    let m = snap(&s);
+    assert_eq!(counter(&m, FALLBACKS_TOTAL, &[("reason", "config")]), 1);
+    assert_eq!(counter_sum(&m, FALLBACKS_TOTAL), 1);
 
     // The layer's span carries the tier and the decision.
     let app = Router::new()
@@ -188,6 +222,11 @@ async fn metrics_and_spans_report_decisions_fallbacks_and_store_latency() {
     );
     assert!(
         text.contains("falls back to in-memory state for good"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains("ERROR") && l.contains("WRONGPASS") && l.contains("fix:")),
         "{text}"
     );
 }

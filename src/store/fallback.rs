@@ -10,6 +10,7 @@ use arc_swap::ArcSwap;
 
 use super::{Backend, MemoryStore, RedisStore, Store, StoreError, StoreOutcome, StoreRequest};
 use crate::config::RedisConfig;
+use crate::connect_error::ConnectError;
 use crate::decision::Tier;
 
 /// Called with the new backend on every switch.
@@ -17,15 +18,17 @@ pub type BackendListener = Arc<dyn Fn(Backend) + Send + Sync>;
 
 enum Active {
     Redis(RedisStore),
-    /// A fresh memory store for each fallback.
-    Memory(MemoryStore),
+    /// A fresh memory store for each fallback, and why Redis was left.
+    Memory(MemoryStore, ConnectError),
 }
 
 /// A [`RedisStore`] that, at its first failure, is swapped for an empty [`MemoryStore`].
 ///
 /// - Redis unreachable at start, or any error or timeout in a check: the first request to meet
 ///   it swaps the store (one compare-and-swap, so exactly once however many requests fail at
-///   the same moment), logs one `tracing` warning, and is itself answered from memory.
+///   the same moment), logs one `tracing` event, and is itself answered from memory. The
+///   event is an ERROR naming the cause and the fix when the settings are at fault (a
+///   password, a permission, TLS, a database: [`ConnectError::is_config`]), else a WARN.
 /// - No request waits on Redis longer than the command timeout (connecting included).
 /// - The memory store starts empty: what Redis had counted is not carried over, so for one
 ///   window each instance enforces the limits on its own traffic only.
@@ -86,8 +89,37 @@ impl FallbackStore {
         let active = self.active.load_full();
         if let Active::Redis(redis) = &*active {
             if !redis.wait_connected().await {
-                self.fall_back(&active, &StoreError::new("Redis is unreachable at start"));
+                let error = redis.start_error().unwrap_or(ConnectError::Timeout {
+                    after: self.shared.redis.connect_timeout,
+                });
+                self.fall_back(&active, &StoreError::with_source(error.to_string(), error));
             }
+        }
+    }
+
+    /// Waits (at most the connect timeout) for the first connection; on failure returns why,
+    /// closes the client, and does *not* fall back (the store stays unusable).
+    pub(crate) async fn try_wait_connected(&self) -> Result<(), ConnectError> {
+        let active = self.active.load_full();
+        match &*active {
+            Active::Redis(redis) => {
+                if redis.wait_connected().await {
+                    return Ok(());
+                }
+                redis.shutdown();
+                Err(redis.start_error().unwrap_or(ConnectError::Timeout {
+                    after: self.shared.redis.connect_timeout,
+                }))
+            }
+            Active::Memory(_, cause) => Err(cause.clone()),
+        }
+    }
+
+    /// Why the store is on memory now (`None` while on Redis).
+    pub fn fallback_cause(&self) -> Option<ConnectError> {
+        match &**self.active.load() {
+            Active::Redis(_) => None,
+            Active::Memory(_, cause) => Some(cause.clone()),
         }
     }
 
@@ -107,7 +139,7 @@ impl FallbackStore {
             }
         }
         match &*active {
-            Active::Memory(memory) => memory.check_sync(request),
+            Active::Memory(memory, _) => memory.check_sync(request),
             // Recovered between our failure and this load: that store never failed us.
             Active::Redis(redis) => Store::check(redis, request).await,
         }
@@ -119,28 +151,39 @@ impl FallbackStore {
         let Active::Redis(redis) = &**failed else {
             return;
         };
-        let memory = Arc::new(Active::Memory(MemoryStore::with_max_keys(
-            self.shared.max_keys,
-        )));
+        let timeout = self.shared.redis.command_timeout;
+        let cause = redis
+            .start_error()
+            .unwrap_or_else(|| ConnectError::from_store_error(error, redis.uses_tls(), timeout));
+        let memory = Arc::new(Active::Memory(
+            MemoryStore::with_max_keys(self.shared.max_keys),
+            cause.clone(),
+        ));
         let previous = self.active.compare_and_swap(failed, memory);
         if !Arc::ptr_eq(&previous, failed) {
             return; // another request swapped first
         }
-        crate::observe::fallback();
+        crate::observe::fallback(cause.reason());
         redis.shutdown();
         self.shared.changed(Backend::Memory);
-        match &self.shared.redis.recovery {
-            None => tracing::warn!(
+        let until = match &self.shared.redis.recovery {
+            None => "for good",
+            Some(_) => "until Redis answers again",
+        };
+        if cause.is_config() {
+            tracing::error!(
+                reason = cause.reason(),
+                "Redis is misconfigured: {cause}. Rate limiting falls back to in-memory state {until}"
+            );
+        } else {
+            tracing::warn!(
+                reason = cause.reason(),
                 %error,
-                "Redis failed: rate limiting falls back to in-memory state for good"
-            ),
-            Some(recovery) => {
-                tracing::warn!(
-                    %error,
-                    "Redis failed: rate limiting falls back to in-memory state until Redis answers again"
-                );
-                self.spawn_probe(recovery.initial_backoff, recovery.max_backoff);
-            }
+                "Redis failed: rate limiting falls back to in-memory state {until}"
+            );
+        }
+        if let Some(recovery) = &self.shared.redis.recovery {
+            self.spawn_probe(recovery.initial_backoff, recovery.max_backoff);
         }
     }
 
@@ -200,14 +243,14 @@ impl Store for FallbackStore {
                 }
                 Ok(())
             }
-            Active::Memory(memory) => Store::reset(memory, tier, id).await,
+            Active::Memory(memory, _) => Store::reset(memory, tier, id).await,
         }
     }
 
     fn backend(&self) -> Backend {
         match **self.active.load() {
             Active::Redis(_) => Backend::Redis,
-            Active::Memory(_) => Backend::Memory,
+            Active::Memory(..) => Backend::Memory,
         }
     }
 }

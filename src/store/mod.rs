@@ -18,6 +18,8 @@ mod fallback;
 mod memory;
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(feature = "tls")]
+mod redis_tls;
 
 #[cfg(feature = "redis")]
 pub use self::fallback::FallbackStore;

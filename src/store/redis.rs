@@ -3,7 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use fred::prelude::{
@@ -18,6 +18,7 @@ use super::denial_cache::DenialCache;
 use super::{Backend, Store, StoreError, StoreOutcome, StoreRequest, TierCheck};
 use crate::clock::saturating_micros;
 use crate::config::{RedisConfig, TimeSource};
+use crate::connect_error::ConnectError;
 use crate::decision::Tier;
 
 /// The script, run with EVALSHA (and reloaded on NOSCRIPT).
@@ -76,6 +77,10 @@ struct Inner {
     listener: std::sync::Mutex<Option<(Client, tokio::task::JoinHandle<()>)>>,
     /// The connections were closed (or are being closed): once is enough.
     closed: AtomicBool,
+    /// Why the first connection failed (set before `conn` turns `Failed`).
+    start_error: OnceLock<ConnectError>,
+    /// Whether the URL asks for TLS.
+    tls: bool,
     /// Cluster only: one plain connection per master, for ASK redirections (see `eval_one`).
     /// The lock also keeps each ASKING and the command it is for together on the wire.
     ask_clients: tokio::sync::Mutex<Vec<(String, Client)>>,
@@ -95,13 +100,15 @@ impl RedisStore {
     /// A store on the Redis named by `config`, its keys under `prefix`. Starts connecting if
     /// called inside a tokio runtime; never blocks.
     pub fn new(prefix: &str, config: &RedisConfig) -> Self {
+        let start_error = OnceLock::new();
         let (client, failed, clustered) = match build_client(config) {
             Ok(client) => {
                 let clustered = client.is_clustered();
                 (client, false, clustered)
             }
             Err(error) => {
-                tracing::warn!(%error, "invalid Redis configuration");
+                tracing::debug!(%error, "cannot set up the Redis client");
+                let _ = start_error.set(error);
                 (Client::default(), true, false)
             }
         };
@@ -126,6 +133,8 @@ impl RedisStore {
                     Conn::Connecting
                 }),
                 started: AtomicBool::new(failed),
+                start_error,
+                tls: uses_tls(config),
             }),
         };
         store.start();
@@ -167,20 +176,27 @@ impl RedisStore {
                 Ok::<(), FredError>(())
             })
             .await;
-            let state = match connected {
-                Ok(Ok(())) => Conn::Ready,
-                Ok(Err(error)) => {
-                    tracing::warn!(%error, "cannot connect to Redis");
-                    Conn::Failed
-                }
-                Err(_) => {
-                    tracing::warn!(timeout = ?inner.connect_timeout, "Redis connection timed out");
+            // Logged once, by whoever acts on it (the fallback, or `try_connect`'s caller).
+            let error = match connected {
+                Ok(Ok(())) => None,
+                Ok(Err(error)) => Some(ConnectError::from_fred(
+                    &error,
+                    inner.tls,
+                    inner.connect_timeout,
+                )),
+                Err(_) => Some(ConnectError::Timeout {
+                    after: inner.connect_timeout,
+                }),
+            };
+            let state = match error {
+                None => Conn::Ready,
+                Some(error) => {
+                    tracing::debug!(%error, "cannot connect to Redis");
+                    let _ = inner.start_error.set(error);
+                    inner.shutdown();
                     Conn::Failed
                 }
             };
-            if state == Conn::Failed {
-                inner.shutdown();
-            }
             inner.conn.send_replace(state);
         });
     }
@@ -202,6 +218,16 @@ impl RedisStore {
         tokio::time::timeout(self.inner.connect_timeout, self.connected())
             .await
             .unwrap_or(false)
+    }
+
+    /// Why the first connection failed, once it has.
+    pub(crate) fn start_error(&self) -> Option<ConnectError> {
+        self.inner.start_error.get().cloned()
+    }
+
+    /// Whether the URL asks for TLS.
+    pub(crate) fn uses_tls(&self) -> bool {
+        self.inner.tls
     }
 
     /// Closes the connection in the background (after a fallback, say).
@@ -386,7 +412,7 @@ impl RedisStore {
                 Some((_, c)) => c.clone(),
                 None => {
                     let config = RedisConfig {
-                        url: format!("redis://{addr}"),
+                        url: crate::redis_url::single_node(&inner.config.url, &addr),
                         cluster: false,
                         ..inner.config.clone()
                     };
@@ -639,24 +665,49 @@ fn custom(command: &'static str) -> CustomCommand {
 }
 
 fn timed_out(timeout: Duration) -> StoreError {
-    StoreError::new(format!("Redis did not answer within {timeout:?}"))
+    StoreError::with_source(
+        format!("Redis did not answer within {timeout:?}"),
+        ConnectError::Timeout { after: timeout },
+    )
 }
 
 fn fred_error(message: &str, error: FredError) -> StoreError {
     StoreError::with_source(format!("{message}: {error}"), error)
 }
 
-/// fred's config for the URL: clustered for `redis-cluster://` URLs or `cluster = true`.
+/// fred's config for the URL, without TLS (see [`build_client`]): clustered for
+/// `redis-cluster://` URLs or `cluster = true`.
 pub(crate) fn client_config(config: &RedisConfig) -> Result<Config, FredError> {
+    let url = crate::redis_url::for_fred(&config.url);
     if config.cluster {
-        Config::from_url_clustered(&config.url)
+        Config::from_url_clustered(&url)
     } else {
-        Config::from_url(&config.url)
+        Config::from_url(&url)
     }
 }
 
-fn build_client(config: &RedisConfig) -> Result<Client, FredError> {
-    let redis = client_config(config)?;
+/// Whether `config`'s URL asks for TLS.
+fn uses_tls(config: &RedisConfig) -> bool {
+    crate::redis_url::scheme(&config.url).is_ok_and(|s| s.tls)
+}
+
+/// The fred client for `config`, with TLS set up for a TLS URL (reading its files).
+fn build_client(config: &RedisConfig) -> Result<Client, ConnectError> {
+    let invalid = |e: FredError| ConnectError::InvalidSettings {
+        message: e.details().to_owned(),
+    };
+    #[cfg_attr(not(feature = "tls"), allow(unused_mut))]
+    let mut redis = client_config(config).map_err(invalid)?;
+    if uses_tls(config) {
+        #[cfg(feature = "tls")]
+        {
+            redis.tls = Some(super::redis_tls::tls_config(config)?);
+        }
+        #[cfg(not(feature = "tls"))]
+        return Err(ConnectError::InvalidSettings {
+            message: crate::config::ConfigError::TlsFeatureDisabled.to_string(),
+        });
+    }
     // One attempt: a dead server fails fast instead of being retried. On a cluster, fred 10.1
     // spends attempts on ASK redirections, which it does not follow (see `eval_one`), and its
     // connection task *ends* if the attempts run out before the redirection budget (5): so
@@ -680,7 +731,7 @@ fn build_client(config: &RedisConfig) -> Result<Client, FredError> {
             max_command_attempts: attempts,
             ..ConnectionConfig::default()
         });
-    builder.build()
+    builder.build().map_err(invalid)
 }
 
 impl Store for RedisStore {

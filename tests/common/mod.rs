@@ -27,6 +27,18 @@ pub struct RedisServer {
     port: u16,
     extra: Vec<String>,
     dir: PathBuf,
+    listen: Listen,
+}
+
+/// How a server listens.
+#[derive(Clone)]
+enum Listen {
+    /// Plain TCP on `port`.
+    Tcp,
+    /// TLS only, on `port` (`--port 0 --tls-port`); `redis-cli` needs these arguments.
+    Tls { cli: Vec<String> },
+    /// A Unix socket only (`--port 0 --unixsocket`).
+    Unix(PathBuf),
 }
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
@@ -39,18 +51,39 @@ impl RedisServer {
 
     /// Starts a server with extra `redis-server` arguments (`--cluster-enabled yes`, ...).
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::start_listening(extra, Listen::Tcp)
+    }
+
+    /// Starts a server that speaks TLS only, on its port: `tls` are the `redis-server`
+    /// arguments (`--tls-cert-file`, ...), `cli` those `redis-cli` needs (`--tls --cacert`, ...).
+    pub fn start_tls(tls: &[&str], cli: &[&str]) -> Self {
+        let cli = cli.iter().map(|s| s.to_string()).collect();
+        Self::start_listening(tls, Listen::Tls { cli })
+    }
+
+    /// Starts a server on a Unix socket only (see [`socket`](Self::socket)).
+    pub fn start_unix() -> Self {
+        Self::start_listening(&[], Listen::Unix(PathBuf::new()))
+    }
+
+    fn start_listening(extra: &[&str], listen: Listen) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "tiered-ratelimit-redis-{}-{}",
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
         ));
         std::fs::create_dir_all(&dir).expect("temp dir");
+        let listen = match listen {
+            Listen::Unix(_) => Listen::Unix(dir.join("redis.sock")),
+            other => other,
+        };
         for _ in 0..20 {
             let mut server = Self {
                 child: None,
                 port: free_port(),
                 extra: extra.iter().map(|s| s.to_string()).collect(),
                 dir: dir.clone(),
+                listen: listen.clone(),
             };
             if server.spawn() {
                 return server;
@@ -60,9 +93,14 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> bool {
+        let port = self.port.to_string();
+        let listen: Vec<&str> = match &self.listen {
+            Listen::Tcp => vec!["--port", &port],
+            Listen::Tls { .. } => vec!["--port", "0", "--tls-port", &port],
+            Listen::Unix(path) => vec!["--port", "0", "--unixsocket", path.to_str().unwrap()],
+        };
         let child = Command::new("redis-server")
-            .arg("--port")
-            .arg(self.port.to_string())
+            .args(listen)
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(&self.dir)
@@ -94,8 +132,12 @@ impl RedisServer {
 
     /// Whether the server answers PING now.
     pub fn ping(&self) -> bool {
-        self.command(&["PING"])
-            .is_some_and(|r| r.starts_with("+PONG"))
+        match self.listen {
+            Listen::Tcp => self
+                .command(&["PING"])
+                .is_some_and(|r| r.starts_with("+PONG")),
+            _ => self.cli(&["PING"]).trim() == "PONG",
+        }
     }
 
     /// Sends one command (RESP) and returns the raw reply, or `None` if the server is down.
@@ -114,8 +156,17 @@ impl RedisServer {
 
     /// Runs `redis-cli` against this server and returns its stdout.
     pub fn cli(&self, args: &[&str]) -> String {
+        let port = self.port.to_string();
+        let to: Vec<&str> = match &self.listen {
+            Listen::Tcp => vec!["-h", "127.0.0.1", "-p", &port],
+            Listen::Tls { cli } => ["-h", "127.0.0.1", "-p", &port, "--tls"]
+                .into_iter()
+                .chain(cli.iter().map(String::as_str))
+                .collect(),
+            Listen::Unix(path) => vec!["-s", path.to_str().unwrap()],
+        };
         let out = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(to)
             .args(args)
             .output()
             .expect("run redis-cli");
@@ -125,6 +176,14 @@ impl RedisServer {
     /// The port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The Unix socket of a server started with [`start_unix`](Self::start_unix).
+    pub fn socket(&self) -> &std::path::Path {
+        match &self.listen {
+            Listen::Unix(path) => path,
+            _ => panic!("not a Unix socket server"),
+        }
     }
 
     /// `redis://127.0.0.1:PORT`.

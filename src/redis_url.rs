@@ -1,0 +1,137 @@
+//! The schemes of a Redis URL: which are accepted, which need TLS, and the form fred is given.
+//!
+//! Checked before fred parses the URL, because fred accepts more than works: without a TLS
+//! feature it takes `rediss://` and connects in plaintext, and `unix://` fails only when
+//! connecting ("Invalid or missing host").
+
+use std::borrow::Cow;
+
+use crate::config::ConfigError;
+
+/// What a URL's scheme asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Scheme {
+    /// `rediss://`, `rediss-cluster://`, `valkeys://`, ...: TLS.
+    pub(crate) tls: bool,
+    /// `redis+unix://`, `valkey+unix://`, `unix://`: a Unix socket.
+    pub(crate) unix: bool,
+}
+
+/// Every scheme accepted, as the error lists them.
+const ACCEPTED: &str = "redis://, rediss://, redis-cluster://, rediss-cluster://, \
+    redis-sentinel://, rediss-sentinel://, redis+unix:// (or unix://), and the same with valkey \
+    in place of redis (valkey://, valkeys://, ...)";
+
+/// The scheme of `url`, or why it is refused.
+pub(crate) fn scheme(url: &str) -> Result<Scheme, ConfigError> {
+    let Some((scheme, _)) = url.split_once("://") else {
+        return Err(invalid(format!(
+            "no scheme; must start with one of {ACCEPTED}"
+        )));
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    let unix = match scheme.as_str() {
+        "unix" | "redis+unix" | "valkey+unix" => true,
+        "redis" | "rediss" | "valkey" | "valkeys" => false,
+        "redis-cluster" | "rediss-cluster" | "valkey-cluster" | "valkeys-cluster" => false,
+        "redis-sentinel" | "rediss-sentinel" | "valkey-sentinel" | "valkeys-sentinel" => false,
+        "rediss+unix" | "valkeys+unix" => {
+            return Err(invalid(
+                "TLS over a Unix socket is not supported; use redis+unix:// (the socket is \
+                 local) or rediss:// over TCP"
+                    .to_owned(),
+            ));
+        }
+        other => {
+            return Err(invalid(format!(
+                "scheme {other}:// is not supported; use one of {ACCEPTED}"
+            )));
+        }
+    };
+    if unix && !cfg!(unix) {
+        return Err(invalid(
+            "Unix sockets are not available on this platform".to_owned(),
+        ));
+    }
+    let tls = !unix && (scheme.starts_with("rediss") || scheme.starts_with("valkeys"));
+    Ok(Scheme { tls, unix })
+}
+
+/// The URL as fred should parse it: TLS schemes lose their `s` (the store sets up TLS itself,
+/// with the configured trust, rather than fred's default), and `unix://` becomes
+/// `redis+unix://`.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) fn for_fred(url: &str) -> Cow<'_, str> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Cow::Borrowed(url);
+    };
+    let lower = scheme.to_ascii_lowercase();
+    let plain = if lower == "unix" {
+        "redis+unix".to_owned()
+    } else if let Some(tail) = lower.strip_prefix("rediss") {
+        format!("redis{tail}")
+    } else if let Some(tail) = lower.strip_prefix("valkeys") {
+        format!("valkey{tail}")
+    } else {
+        return Cow::Borrowed(url);
+    };
+    Cow::Owned(format!("{plain}://{rest}"))
+}
+
+/// `url` pointed at one node (`host:port`) of its cluster, keeping its scheme's TLS and its
+/// credentials: `rediss-cluster://user:pw@a:1?node=b:2` → `rediss://user:pw@b:2`.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) fn single_node(url: &str, addr: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("redis", url));
+    let tls = scheme.starts_with("rediss") || scheme.starts_with("valkeys");
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    let credentials = authority
+        .rsplit_once('@')
+        .map(|(c, _)| format!("{c}@"))
+        .unwrap_or_default();
+    let scheme = if tls { "rediss" } else { "redis" };
+    format!("{scheme}://{credentials}{addr}")
+}
+
+fn invalid(message: String) -> ConfigError {
+    ConfigError::InvalidRedisUrl(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemes() {
+        let tls = |u| scheme(u).map(|s| s.tls);
+        assert_eq!(tls("redis://h"), Ok(false));
+        assert_eq!(tls("rediss://h"), Ok(true));
+        assert_eq!(tls("rediss-cluster://h:1"), Ok(true));
+        assert_eq!(tls("rediss-sentinel://h:1"), Ok(true));
+        assert_eq!(tls("valkeys://h"), Ok(true));
+        assert_eq!(tls("valkey-cluster://h:1"), Ok(false));
+        assert!(scheme("http://h").is_err());
+        assert!(scheme("h:6379").is_err());
+        assert!(scheme("rediss+unix:///tmp/s").is_err());
+        #[cfg(unix)]
+        assert_eq!(scheme("unix:///tmp/s").map(|s| s.unix), Ok(true));
+    }
+
+    #[test]
+    fn fred_form() {
+        assert_eq!(for_fred("rediss://h:1/2"), "redis://h:1/2");
+        assert_eq!(for_fred("rediss-cluster://h:1"), "redis-cluster://h:1");
+        assert_eq!(for_fred("valkeys-sentinel://h:1"), "valkey-sentinel://h:1");
+        assert_eq!(for_fred("unix:///tmp/s"), "redis+unix:///tmp/s");
+        assert_eq!(for_fred("redis://h"), "redis://h");
+    }
+
+    #[test]
+    fn one_node_of_a_cluster() {
+        assert_eq!(
+            single_node("rediss-cluster://u:p@a:1?node=b:2", "b:2"),
+            "rediss://u:p@b:2"
+        );
+        assert_eq!(single_node("redis-cluster://a:1", "c:3"), "redis://c:3");
+    }
+}

@@ -1,0 +1,364 @@
+//! Misconfiguration is not an outage: a wrong password, no password, a missing permission or a
+//! missing database still fall back (the default start), but are classified as configuration
+//! errors, logged once at ERROR with the fix, and returned by the strict start
+//! (`RateLimiter::try_connect`). Against `redis-server` processes this test starts.
+#![cfg(feature = "redis")]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{free_port, limits, RedisServer};
+use tiered_ratelimit::config::{MAX_COMMAND_TIMEOUT, MAX_CONNECT_TIMEOUT, MIN_REDIS_TIMEOUT};
+use tiered_ratelimit::{Backend, ConfigError, ConnectError, RateLimitConfig, RateLimiter};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn config(url: String) -> RateLimitConfig {
+    limits(5, 0, 0, MINUTE)
+        .redis_url(url)
+        .redis_connect_timeout(Duration::from_secs(5))
+        .redis_command_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
+}
+
+/// The default start falls back and answers, with `want` as the cause; the strict start
+/// returns `want`.
+async fn assert_misconfigured(config: RateLimitConfig, want: fn(&ConnectError) -> bool) {
+    let limiter = RateLimiter::connect(config.clone()).await;
+    assert_eq!(limiter.backend(), Backend::Memory);
+    for _ in 0..5 {
+        assert!(limiter.check("alice", "/items").await.allowed());
+    }
+    assert!(
+        !limiter.check("alice", "/items").await.allowed(),
+        "the limits hold on memory"
+    );
+    let cause = limiter.fallback_cause().expect("a fallback has a cause");
+    assert!(want(&cause), "{cause:?}");
+    assert!(cause.is_config(), "{cause:?}");
+    assert_eq!(cause.reason(), "config");
+    let error = RateLimiter::try_connect(config).await.unwrap_err();
+    assert!(want(&error), "{error:?}");
+    assert!(error.message().is_some_and(|m| !m.is_empty()));
+}
+
+/// A server that wants the password `secret` (set after start: the helper's PING is plain).
+fn server_with_password() -> RedisServer {
+    let server = RedisServer::start();
+    server.cli(&["CONFIG", "SET", "requirepass", "secret"]);
+    server
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_is_a_configuration_error() {
+    let server = server_with_password();
+    let url = format!("redis://:wrong@127.0.0.1:{}", server.port());
+    assert_misconfigured(
+        config(url),
+        |e| matches!(e, ConnectError::WrongPassword { message } if message.contains("WRONGPASS")),
+    )
+    .await;
+    // The right one connects.
+    let url = format!("redis://:secret@127.0.0.1:{}", server.port());
+    let limiter = RateLimiter::try_connect(config(url)).await.unwrap();
+    assert!(limiter.check("alice", "/items").await.allowed());
+    assert_eq!(limiter.backend(), Backend::Redis);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_password_is_a_configuration_error() {
+    let server = server_with_password();
+    assert_misconfigured(
+        config(server.url()),
+        |e| matches!(e, ConnectError::NoPassword { message } if message.contains("NOAUTH")),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_permission_is_a_configuration_error() {
+    let server = RedisServer::start();
+    let ok = server.cli(&[
+        "ACL", "SETUSER", "limited", "on", ">pw", "~*", "+ping", "-evalsha",
+    ]);
+    assert_eq!(ok.trim(), "OK");
+    let url = format!("redis://limited:pw@127.0.0.1:{}", server.port());
+    assert_misconfigured(
+        config(url),
+        |e| matches!(e, ConnectError::NoPermission { message } if message.contains("NOPERM")),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_missing_only_at_the_first_check_is_a_configuration_error_too() {
+    // SCRIPT LOAD is allowed, EVALSHA is not: the connection comes up, the first check fails.
+    let server = RedisServer::start();
+    let ok = server.cli(&[
+        "ACL", "SETUSER", "noeval", "on", ">pw", "~*", "+@all", "-evalsha",
+    ]);
+    assert_eq!(ok.trim(), "OK");
+    let url = format!("redis://noeval:pw@127.0.0.1:{}", server.port());
+    let limiter = RateLimiter::connect(config(url)).await;
+    assert_eq!(limiter.backend(), Backend::Redis);
+    assert!(limiter.check("alice", "/items").await.allowed());
+    assert_eq!(limiter.backend(), Backend::Memory);
+    let cause = limiter.fallback_cause().unwrap();
+    assert!(
+        matches!(cause, ConnectError::NoPermission { .. }),
+        "{cause:?}"
+    );
+    assert_eq!(cause.reason(), "config");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_database_is_a_configuration_error() {
+    let server = RedisServer::start_with(&["--databases", "16"]);
+    let url = format!("redis://127.0.0.1:{}/99", server.port());
+    assert_misconfigured(config(url), |e| {
+        matches!(e, ConnectError::NoSuchDatabase { .. })
+    })
+    .await;
+    // An existing one works.
+    let url = format!("redis://127.0.0.1:{}/15", server.port());
+    let limiter = RateLimiter::try_connect(config(url)).await.unwrap();
+    assert!(limiter.check("alice", "/items").await.allowed());
+    assert_eq!(
+        server
+            .cli(&["-n", "15", "ZCARD", "rate_limit:user:alice"])
+            .trim(),
+        "1"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_redis_is_an_outage_not_a_configuration_error() {
+    let url = format!("redis://127.0.0.1:{}", free_port());
+    let limiter = RateLimiter::connect(config(url.clone())).await;
+    assert_eq!(limiter.backend(), Backend::Memory);
+    assert!(limiter.check("alice", "/items").await.allowed());
+    let cause = limiter.fallback_cause().unwrap();
+    assert!(
+        matches!(cause, ConnectError::Unreachable { .. }),
+        "{cause:?}"
+    );
+    assert!(!cause.is_config());
+    assert_eq!(cause.reason(), "unreachable");
+    let error = RateLimiter::try_connect(config(url)).await.unwrap_err();
+    assert!(
+        matches!(error, ConnectError::Unreachable { .. }),
+        "{error:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_redis_at_start_is_a_timeout() {
+    let server = RedisServer::start();
+    server.pause();
+    let config = limits(5, 0, 0, MINUTE)
+        .redis_url(server.url())
+        .redis_connect_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let error = RateLimiter::try_connect(config).await.unwrap_err();
+    server.resume();
+    assert_eq!(
+        error,
+        ConnectError::Timeout {
+            after: Duration::from_millis(200)
+        }
+    );
+    assert_eq!(error.reason(), "timeout");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthy_redis_starts_strictly() {
+    let server = RedisServer::start();
+    let limiter = RateLimiter::try_connect(config(server.url()))
+        .await
+        .unwrap();
+    assert_eq!(limiter.backend(), Backend::Redis);
+    assert!(limiter.fallback_cause().is_none());
+    assert!(limiter.check("alice", "/items").await.allowed());
+    // Memory: nothing to connect to.
+    let memory = RateLimiter::try_connect(limits(1, 0, 0, MINUTE).build().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(memory.backend(), Backend::Memory);
+}
+
+#[derive(Clone, Default)]
+struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Buffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// On this thread only (a current-thread runtime keeps the fallback on it).
+#[tokio::test]
+async fn a_configuration_fallback_logs_one_error_with_the_cause_and_the_fix() {
+    let server = server_with_password();
+    let logs = Buffer::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter("tiered_ratelimit=debug")
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let url = format!("redis://:wrong@127.0.0.1:{}", server.port());
+    let limiter = RateLimiter::connect(config(url)).await;
+    assert!(limiter.check("alice", "/items").await.allowed());
+    assert!(limiter.check("bob", "/items").await.allowed());
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let errors: Vec<&str> = text.lines().filter(|l| l.contains("ERROR")).collect();
+    assert_eq!(errors.len(), 1, "{text}");
+    assert!(errors[0].contains("WRONGPASS"), "{text}");
+    assert!(
+        errors[0].contains("fix: set the right user and password"),
+        "{text}"
+    );
+    assert!(errors[0].contains("reason=\"config\""), "{text}");
+    assert!(!text.contains("WARN"), "{text}");
+}
+
+#[test]
+fn redis_timeouts_outside_their_range_are_refused_naming_the_field_and_the_range() {
+    let build = |command: Duration, connect: Duration| {
+        RateLimitConfig::builder()
+            .redis_url("redis://127.0.0.1:6379")
+            .redis_command_timeout(command)
+            .redis_connect_timeout(connect)
+            .build()
+    };
+    let second = Duration::from_secs(1);
+    let year = Duration::from_secs(365 * 24 * 3600);
+    for (command, connect, field) in [
+        (Duration::from_micros(1), second, "redis.command_timeout"),
+        (year, second, "redis.command_timeout"),
+        (
+            MAX_COMMAND_TIMEOUT + Duration::from_millis(1),
+            second,
+            "redis.command_timeout",
+        ),
+        (second, Duration::from_micros(999), "redis.connect_timeout"),
+        (
+            second,
+            MAX_CONNECT_TIMEOUT + Duration::from_millis(1),
+            "redis.connect_timeout",
+        ),
+    ] {
+        let e = build(command, connect).unwrap_err();
+        assert_eq!(e.field(), field, "{e}");
+        assert!(matches!(e, ConfigError::TimeoutOutOfRange { .. }), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains("1ms") && text.contains(field), "{text}");
+    }
+    assert!(build(MIN_REDIS_TIMEOUT, MIN_REDIS_TIMEOUT).is_ok());
+    assert!(build(MAX_COMMAND_TIMEOUT, MAX_CONNECT_TIMEOUT).is_ok());
+    let e = RateLimitConfig::builder()
+        .redis_url("redis://127.0.0.1:6379")
+        .redis_command_timeout(year)
+        .build()
+        .unwrap_err();
+    assert!(e.to_string().contains("60s"), "{e}");
+}
+
+#[test]
+fn only_schemes_that_work_are_accepted() {
+    let field_of = |url: &str| {
+        RateLimitConfig::builder()
+            .redis_url(url)
+            .build()
+            .map(|_| ())
+            .map_err(|e| (e.field(), e.to_string()))
+    };
+    for url in [
+        "redis://127.0.0.1:6379/2",
+        "valkey://127.0.0.1:6379",
+        "redis-cluster://127.0.0.1:7000?node=127.0.0.1:7001",
+        "valkey-cluster://127.0.0.1:7000",
+        "redis-sentinel://127.0.0.1:26379?sentinelServiceName=main",
+        #[cfg(unix)]
+        "redis+unix:///run/redis.sock",
+        #[cfg(unix)]
+        "valkey+unix:///run/redis.sock",
+        #[cfg(unix)]
+        "unix:///run/redis.sock",
+    ] {
+        assert_eq!(field_of(url), Ok(()), "{url}");
+    }
+    for url in [
+        "http://127.0.0.1:6379",
+        "127.0.0.1:6379",
+        "rediss+unix:///s",
+    ] {
+        let (field, text) = field_of(url).unwrap_err();
+        assert_eq!(field, "redis.url", "{url}");
+        assert!(text.contains("redis://") || text.contains("Unix"), "{text}");
+    }
+}
+
+#[cfg(feature = "tls")]
+#[test]
+fn tls_urls_are_accepted_with_the_tls_feature() {
+    for url in [
+        "rediss://127.0.0.1:6380",
+        "rediss-cluster://127.0.0.1:7000",
+        "rediss-sentinel://127.0.0.1:26379?sentinelServiceName=main",
+        "valkeys://127.0.0.1:6380",
+    ] {
+        assert!(
+            RateLimitConfig::builder().redis_url(url).build().is_ok(),
+            "{url}"
+        );
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+#[test]
+fn tls_urls_are_a_config_error_without_the_tls_feature() {
+    for url in [
+        "rediss://127.0.0.1:6380",
+        "rediss-cluster://127.0.0.1:7000",
+        "rediss-sentinel://127.0.0.1:26379?sentinelServiceName=main",
+        "valkeys://127.0.0.1:6380",
+    ] {
+        let e = RateLimitConfig::builder()
+            .redis_url(url)
+            .build()
+            .unwrap_err();
+        assert_eq!(e, ConfigError::TlsFeatureDisabled, "{url}");
+        assert_eq!(e.field(), "redis.url");
+    }
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unix_sockets_work() {
+    let server = RedisServer::start_unix();
+    let socket = server.socket().to_str().unwrap().to_owned();
+    for (user, url) in [
+        ("alice", format!("redis+unix://{socket}")),
+        ("bob", format!("unix://{socket}")),
+    ] {
+        let limiter = RateLimiter::try_connect(config(url)).await.unwrap();
+        assert!(limiter.check(user, "/items").await.allowed());
+        assert_eq!(limiter.backend(), Backend::Redis);
+        assert_eq!(
+            server
+                .cli(&["ZCARD", &format!("rate_limit:user:{user}")])
+                .trim(),
+            "1"
+        );
+    }
+}
