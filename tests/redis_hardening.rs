@@ -1,6 +1,7 @@
 //! The hardening issue's Redis repros: clocks that disagree, a stale `Retry-After` from the
 //! local cache of denials, resets seen by every instance, connections closed on drop, and a
 //! request with no tier. Each runs on a `redis-server` of its own.
+#![cfg(feature = "redis")]
 
 mod common;
 
