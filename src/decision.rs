@@ -116,6 +116,8 @@ pub struct Decision {
     /// The request's cost, and the blocking tier's limit when the cost is above it.
     pub(crate) cost: u64,
     pub(crate) cost_limit: Option<u64>,
+    /// Some tier applied (else no rate-limit header is sent: there is nothing to count).
+    pub(crate) limited: bool,
 }
 
 impl Decision {
@@ -132,13 +134,18 @@ impl Decision {
             style: HeaderStyle::Legacy,
             cost: 1,
             cost_limit: None,
+            limited: true,
         }
     }
 
-    /// No tier applies: allowed, nothing to count down.
+    /// No tier applies to a request of `cost`: allowed, nothing to count down, no header.
     #[inline]
-    pub(crate) fn unlimited() -> Self {
-        Self::admit(u64::MAX)
+    pub(crate) fn unlimited(cost: u64) -> Self {
+        Self {
+            cost,
+            limited: false,
+            ..Self::admit(u64::MAX)
+        }
     }
 
     #[inline]
@@ -203,7 +210,8 @@ impl Decision {
 
     /// The smallest capacity left over the enabled tiers after this request (0 when denied).
     ///
-    /// `u64::MAX` when no tier applies (every limit 0, or only a user limit and no user).
+    /// `u64::MAX` when no tier applies (every limit 0, or only a user limit and no user); such a
+    /// decision writes no header.
     #[inline]
     pub fn remaining(&self) -> u64 {
         self.remaining
@@ -265,7 +273,13 @@ impl Decision {
 
     /// Inserts the rate-limit headers of the configured [`HeaderStyle`] into `headers`,
     /// replacing any there.
+    ///
+    /// A request to which no tier applied (every limit 0, or only a user limit and no user id
+    /// nor client address) gets none: a remaining count of `u64::MAX` is no use to a client.
     pub fn write_headers(&self, headers: &mut HeaderMap) {
+        if !self.limited {
+            return;
+        }
         let legacy = self.style != HeaderStyle::Ietf;
         if legacy {
             headers.insert(X_RATELIMIT_REMAINING.clone(), number(self.remaining));

@@ -475,7 +475,7 @@ impl RateLimiter {
         let mut tiers = [NO_TIER; 3];
         let decision = match keys.store_request(now, config, &mut tiers) {
             Some(req) => conclude(store.check_sync(&req), "memory", config, &req),
-            None => Decision::unlimited(),
+            None => Decision::unlimited(request.cost),
         };
         observe::record(&decision);
         Some(decision)
@@ -487,7 +487,7 @@ impl RateLimiter {
         let keys = Keys::new(config, request, self.plan_limit(request.user, now));
         let mut tiers = [NO_TIER; 3];
         let Some(store_request) = keys.store_request(now, config, &mut tiers) else {
-            let decision = Decision::unlimited();
+            let decision = Decision::unlimited(request.cost);
             observe::record(&decision);
             return decision;
         };

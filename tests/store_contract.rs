@@ -596,10 +596,8 @@ mod contract {
         for i in 0..200 {
             let d = limiter.check("alice", "/items").await;
             assert_admitted(&d, u64::MAX);
-            assert_eq!(
-                header(&d.headers(), "x-ratelimit-remaining"),
-                u64::MAX.to_string()
-            );
+            // Nothing to count: no rate-limit header (a remaining of u64::MAX helps no one).
+            assert!(d.headers().is_empty(), "{:?}", d.headers());
             if i % 50 == 0 {
                 clock.advance(US);
             }

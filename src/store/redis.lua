@@ -126,7 +126,8 @@ for i, key in ipairs(KEYS) do
     if retry < 1 then retry = 1 end
     if not shadow then
       local still = 0
-      if count >= limit then still = oldest_at[i] + window + 1 - now end
+      -- (A cost above the limit is told a window from *now*, every time: never cached.)
+      if count >= limit and cost <= limit then still = oldest_at[i] + window + 1 - now end
       return {0, i, retry, still}
     end
     if shadow_tier == 0 then shadow_tier, shadow_retry = i, retry end

@@ -413,20 +413,42 @@ impl TestBackend {
     }
 
     /// The config with this backend's settings added.
+    ///
+    /// Redis takes `now` from the limiter's clock (`TimeSource::App`), set explicitly: every
+    /// test driving Redis with a `ManualClock` depends on it, whatever the default.
     pub fn config(&self, config: RateLimitConfigBuilder) -> RateLimitConfig {
+        self.config_with_prefix(config, "")
+    }
+
+    /// The same, with the keys under a prefix of the caller's own (`suffix` is appended to the
+    /// cluster's per-test prefix; on a single server it is the whole prefix; memory ignores
+    /// it): for tests that make many limiters on one backend that must not share state. An
+    /// empty `suffix` leaves the prefix as [`config`](Self::config) sets it.
+    pub fn config_with_prefix(
+        &self,
+        config: RateLimitConfigBuilder,
+        suffix: &str,
+    ) -> RateLimitConfig {
         match self {
             Self::Memory => config.build().expect("valid config"),
-            Self::Redis(server) => config
-                .redis_url(server.url())
-                .redis_time_source(TimeSource::App)
-                .redis_command_timeout(Duration::from_secs(2))
-                .build()
-                .expect("valid config"),
+            Self::Redis(server) => {
+                let config = if suffix.is_empty() {
+                    config
+                } else {
+                    config.key_prefix(suffix)
+                };
+                config
+                    .redis_url(server.url())
+                    .redis_command_timeout(Duration::from_secs(2))
+                    .redis_time_source(TimeSource::App)
+                    .build()
+                    .expect("valid config")
+            }
             Self::Cluster(cluster, prefix) => config
-                .key_prefix(prefix.as_str())
+                .key_prefix(format!("{prefix}{suffix}"))
                 .redis_url(cluster.url())
-                .redis_time_source(TimeSource::App)
                 .redis_command_timeout(Duration::from_secs(2))
+                .redis_time_source(TimeSource::App)
                 .build()
                 .expect("valid config"),
         }
