@@ -823,3 +823,32 @@ fn overrides_come_from_the_config_file_and_are_validated() {
     let e = toml::from_str::<tiered_ratelimit::RateLimitConfig>(bad).unwrap_err();
     assert!(e.to_string().contains("users.alice"), "{e}");
 }
+
+/// The memory store's running cost totals pass 2^64 over a key's life (here: 70,000 requests of
+/// 2^48 units, a quarter of the largest limit, on a key that never goes idle) and still count
+/// exactly: they used to overflow (`attempt to add with overflow` in debug builds).
+#[tokio::test]
+async fn running_cost_totals_wrap_around_u64_and_stay_exact() {
+    let max = tiered_ratelimit::config::MAX_LIMIT;
+    let quarter = max / 4;
+    let half_window = MINUTE / 2 + US;
+    let clock = ManualClock::at(T0);
+    let store = MemoryStore::new();
+    let limiter = limiter_on(limits(max, 0, 0, MINUTE), &clock, &store);
+    for _ in 0..2 {
+        assert!(limiter.check_n("alice", "/", quarter).await.allowed());
+    }
+    // Each half window: the two requests of a window ago have left, two more fit, no third.
+    for step in 0..35_000u64 {
+        clock.advance(half_window);
+        for left in [1, 0] {
+            let d = limiter.check_n("alice", "/", quarter).await;
+            assert!(d.allowed(), "step {step}: {d:?}");
+            assert_eq!(d.remaining(), left * quarter, "step {step}");
+        }
+        let d = limiter.check_n("alice", "/", quarter).await;
+        assert_eq!(d.blocked_by(), Some(Tier::User), "step {step}");
+        assert_eq!(d.retry_after(), MINUTE / 2, "step {step}");
+    }
+    assert_eq!(store.entries(Tier::User, "alice"), 4);
+}
