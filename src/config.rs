@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::decision::{HeaderStyle, Tier};
 use crate::duration;
+use crate::header_style::HeaderStyle;
+use crate::tier::Tier;
 
 /// The largest window accepted: 100 years.
 ///

@@ -1,106 +1,39 @@
-//! The answer to one check: allowed or not, what remains, when to retry, and its headers.
+//! [`Decision`]: the answer to one check, as plain data: allowed or not, what remains, when to
+//! retry, and which tiers applied with which limits. It knows no HTTP: the layer renders it
+//! into headers and a 429 (see [`headers`](crate::headers)).
 
-use std::fmt::{self, Write};
 use std::time::Duration;
 
-use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use serde::ser::SerializeStruct;
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Serialize, Serializer};
 
-/// `X-RateLimit-Remaining`.
-pub static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
-/// `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11).
-pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-/// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers-11).
-pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-
-/// Which rate-limit headers a response carries.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum HeaderStyle {
-    /// `X-RateLimit-Remaining` and `Retry-After` (`0` when allowed) on every response (the
-    /// default).
-    #[default]
-    Legacy,
-    /// The IETF draft's (draft-ietf-httpapi-ratelimit-headers-11) `RateLimit-Policy` (one
-    /// named policy per tier that applied: `"user";q=50;w=60`) and `RateLimit` (the tier
-    /// closest to its limit: `"user";r=12;t=30`), and `Retry-After` on a 429.
-    Ietf,
-    /// Both sets.
-    Both,
-}
-
-/// The tiers that applied to a request, for `RateLimit-Policy`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Policies {
-    items: [(Tier, u64); 3],
-    len: u8,
-    window_secs: u64,
-}
-
-impl Default for Policies {
-    fn default() -> Self {
-        Self {
-            items: [(Tier::Global, 0); 3],
-            len: 0,
-            window_secs: 0,
-        }
-    }
-}
-
-impl Policies {
-    pub(crate) fn new(tiers: impl IntoIterator<Item = (Tier, u64)>, window: Duration) -> Self {
-        let mut p = Self {
-            items: [(Tier::Global, 0); 3],
-            len: 0,
-            window_secs: window.as_secs() + u64::from(window.subsec_nanos() > 0),
-        };
-        for item in tiers.into_iter().take(3) {
-            p.items[usize::from(p.len)] = item;
-            p.len += 1;
-        }
-        p
-    }
-
-    fn iter(&self) -> impl Iterator<Item = &(Tier, u64)> {
-        self.items[..usize::from(self.len)].iter()
-    }
-}
-
-/// One of the three tiers, checked in this order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Tier {
-    /// Per user (or per client IP when there is no user id): `rate_limit:user:<id>`.
-    User,
-    /// Per endpoint (route template): `rate_limit:endpoint:<route>`.
-    Endpoint,
-    /// One limit over everything: `rate_limit:global`.
-    Global,
-}
-
-impl Tier {
-    /// The tier's name as used in keys and serde: `user`, `endpoint`, `global`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::User => "user",
-            Self::Endpoint => "endpoint",
-            Self::Global => "global",
-        }
-    }
-}
-
-impl fmt::Display for Tier {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+use crate::tier::Tier;
 
 /// The outcome of one check.
 ///
 /// It serializes (the design note's `as_dict`) as
 /// `{"allowed": bool, "remaining": n, "retry_after": secs, "blocked_by": "user" | null}`, where
 /// `retry_after` is the whole seconds sent in the `Retry-After` header.
+///
+/// ```
+/// use std::time::Duration;
+/// use tiered_ratelimit::{ManualClock, RateLimitConfig, RateLimiter, Tier};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tiered_ratelimit::ConfigError> {
+/// let config = RateLimitConfig::builder().user_limit(1).global_limit(100).build()?;
+/// let limiter = RateLimiter::builder(config).clock(ManualClock::new()).build();
+/// let first = limiter.check("alice", "/items").await;
+/// assert!(first.allowed());
+/// assert_eq!(first.remaining(), 0); // the user tier is the closest to its limit
+/// assert_eq!(first.limit(Tier::Global), Some(100));
+///
+/// let second = limiter.check("alice", "/items").await;
+/// assert_eq!(second.blocked_by(), Some(Tier::User));
+/// assert_eq!(second.retry_after(), Duration::from_secs(60) + Duration::from_micros(1));
+/// assert_eq!(second.retry_after_secs(), 61);
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {
     pub(crate) allowed: bool,
@@ -108,16 +41,15 @@ pub struct Decision {
     pub(crate) retry_after: Duration,
     pub(crate) blocked_by: Option<Tier>,
     pub(crate) shadow_blocked_by: Option<Tier>,
-    /// The tier closest to its limit and when it next gains capacity (`RateLimit`).
+    /// The tier closest to its limit and when it next gains capacity.
     pub(crate) binding: Option<(Tier, Duration)>,
-    /// Only with the IETF headers on (boxed: it keeps the common decision small to move).
-    pub(crate) policies: Option<Box<Policies>>,
-    pub(crate) style: HeaderStyle,
+    /// The limit of each tier that applied, indexed by tier (0: the tier did not apply).
+    pub(crate) limits: [u64; 3],
+    /// The window the limits are counted over.
+    pub(crate) window: Duration,
     /// The request's cost, and the blocking tier's limit when the cost is above it.
     pub(crate) cost: u64,
     pub(crate) cost_limit: Option<u64>,
-    /// Some tier applied (else no rate-limit header is sent: there is nothing to count).
-    pub(crate) limited: bool,
 }
 
 impl Decision {
@@ -130,11 +62,10 @@ impl Decision {
             blocked_by: None,
             shadow_blocked_by: None,
             binding: None,
-            policies: None,
-            style: HeaderStyle::Legacy,
+            limits: [0; 3],
+            window: Duration::ZERO,
             cost: 1,
             cost_limit: None,
-            limited: true,
         }
     }
 
@@ -143,7 +74,6 @@ impl Decision {
     pub(crate) fn unlimited(cost: u64) -> Self {
         Self {
             cost,
-            limited: false,
             ..Self::admit(u64::MAX)
         }
     }
@@ -194,11 +124,17 @@ impl Decision {
         self
     }
 
-    /// The tiers that applied, and which headers to write.
+    /// The tiers that applied, with their limits, and the window.
     #[inline]
-    pub(crate) fn with_policies(mut self, policies: Option<Policies>, style: HeaderStyle) -> Self {
-        self.policies = policies.map(Box::new);
-        self.style = style;
+    pub(crate) fn with_tiers(
+        mut self,
+        tiers: impl IntoIterator<Item = (Tier, u64)>,
+        window: Duration,
+    ) -> Self {
+        for (tier, limit) in tiers {
+            self.limits[tier as usize] = limit;
+        }
+        self.window = window;
         self
     }
 
@@ -264,78 +200,46 @@ impl Decision {
         self.shadow_blocked_by
     }
 
-    /// `X-RateLimit-Remaining` and `Retry-After` for this decision.
-    pub fn headers(&self) -> HeaderMap {
-        let mut headers = HeaderMap::with_capacity(2);
-        self.write_headers(&mut headers);
-        headers
+    /// Whether any tier applied (else there was nothing to count, and no rate-limit header is
+    /// sent): false when every limit is 0, or only a user limit is set and the request has
+    /// neither a user id nor a client address.
+    #[inline]
+    pub fn is_limited(&self) -> bool {
+        self.limits.iter().any(|&l| l > 0)
     }
 
-    /// Inserts the rate-limit headers of the configured [`HeaderStyle`] into `headers`,
-    /// replacing any there.
-    ///
-    /// A request to which no tier applied (every limit 0, or only a user limit and no user id
-    /// nor client address) gets none: a remaining count of `u64::MAX` is no use to a client.
-    pub fn write_headers(&self, headers: &mut HeaderMap) {
-        if !self.limited {
-            return;
-        }
-        let legacy = self.style != HeaderStyle::Ietf;
-        if legacy {
-            headers.insert(X_RATELIMIT_REMAINING.clone(), number(self.remaining));
-        }
-        if legacy || !self.allowed {
-            headers.insert(RETRY_AFTER, number(self.retry_after_secs()));
-        }
-        let policies = self.policies.as_deref().filter(|p| p.len > 0);
-        if let (true, Some(policies)) = (self.style != HeaderStyle::Legacy, policies) {
-            let mut policy = String::new();
-            for (i, (tier, limit)) in policies.iter().enumerate() {
-                let sep = if i == 0 { "" } else { ", " };
-                let w = policies.window_secs;
-                let _ = write!(policy, "{sep}\"{tier}\";q={limit};w={w}");
-            }
-            if let Ok(value) = HeaderValue::try_from(policy) {
-                headers.insert(RATELIMIT_POLICY.clone(), value);
-            }
-            if let Some((tier, reset)) = self.binding {
-                let secs = reset.as_secs() + u64::from(reset.subsec_nanos() > 0);
-                let value = format!("\"{tier}\";r={};t={secs}", self.remaining);
-                if let Ok(value) = HeaderValue::try_from(value) {
-                    headers.insert(RATELIMIT.clone(), value);
-                }
-            }
-        }
+    /// The limit `tier` had for this request (after route overrides and plans), if it applied.
+    #[inline]
+    pub fn limit(&self, tier: Tier) -> Option<u64> {
+        Some(self.limits[tier as usize]).filter(|&l| l > 0)
     }
-}
 
-/// Header values of small numbers, made once: sending one is then a copy, not an allocation.
-const CACHED_NUMBERS: u64 = 4096;
-
-fn number(n: u64) -> HeaderValue {
-    static CACHE: std::sync::OnceLock<Vec<HeaderValue>> = std::sync::OnceLock::new();
-    if n >= CACHED_NUMBERS {
-        return HeaderValue::from(n);
+    /// The tiers that applied, most specific first, with their limits.
+    pub fn limits(&self) -> impl Iterator<Item = (Tier, u64)> + '_ {
+        [Tier::User, Tier::Endpoint, Tier::Global]
+            .into_iter()
+            .filter_map(|t| self.limit(t).map(|l| (t, l)))
     }
-    let cache = CACHE.get_or_init(|| {
-        // One leaked string of every digit sequence: static header values clone for free.
-        let mut all = String::new();
-        let mut ends = Vec::with_capacity(CACHED_NUMBERS as usize);
-        for i in 0..CACHED_NUMBERS {
-            all.push_str(&i.to_string());
-            ends.push(all.len());
-        }
-        let all: &'static str = Box::leak(all.into_boxed_str());
-        let mut start = 0;
-        ends.into_iter()
-            .map(|end| {
-                let value = HeaderValue::from_static(&all[start..end]);
-                start = end;
-                value
-            })
-            .collect()
-    });
-    cache[n as usize].clone()
+
+    /// The sliding window the limits are counted over (zero when no tier applied).
+    #[inline]
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// The tier closest to its limit (the blocking tier on a denial), and how long until it
+    /// next gains capacity; `None` when no tier applied.
+    #[inline]
+    pub fn binding(&self) -> Option<(Tier, Duration)> {
+        self.binding
+    }
+
+    /// The blocking tier's limit when the request's cost is above it (see
+    /// [`cost_exceeds_limit`](Self::cost_exceeds_limit)).
+    #[inline]
+    pub fn cost_limit(&self) -> Option<u64> {
+        self.cost_limit
+    }
 }
 
 impl Serialize for Decision {
@@ -358,22 +262,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn header_numbers_are_exact_on_both_sides_of_the_cache() {
-        for n in [0, 1, 9, 10, 99, 100, 4095, 4096, 4097, 1 << 40, u64::MAX] {
-            assert_eq!(number(n).to_str().unwrap(), n.to_string());
-        }
+    fn retry_after_secs_round_up_and_are_at_least_one_on_a_denial() {
+        let d = Decision::deny(Tier::User, Duration::from_millis(1500));
+        assert_eq!(d.retry_after_secs(), 2);
+        let d = Decision::deny(Tier::User, Duration::from_micros(1));
+        assert_eq!(d.retry_after_secs(), 1);
+        assert_eq!(Decision::admit(7).retry_after_secs(), 0);
     }
 
     #[test]
-    fn headers_of_a_denial_round_up() {
-        let d = Decision::deny(Tier::User, Duration::from_millis(1500));
-        let h = d.headers();
-        assert_eq!(h[&X_RATELIMIT_REMAINING], "0");
-        assert_eq!(h[RETRY_AFTER], "2");
-        let d = Decision::deny(Tier::User, Duration::from_micros(1));
-        assert_eq!(d.headers()[RETRY_AFTER], "1");
-        let a = Decision::admit(7);
-        assert_eq!(a.headers()[RETRY_AFTER], "0");
-        assert_eq!(a.headers()[&X_RATELIMIT_REMAINING], "7");
+    fn limits_are_reported_per_tier() {
+        let d = Decision::admit(3).with_tiers(
+            [(Tier::User, 5), (Tier::Global, 100)],
+            Duration::from_secs(60),
+        );
+        assert!(d.is_limited());
+        assert_eq!(d.limit(Tier::Endpoint), None);
+        assert_eq!(
+            d.limits().collect::<Vec<_>>(),
+            [(Tier::User, 5), (Tier::Global, 100)]
+        );
+        assert!(!Decision::unlimited(3).is_limited());
     }
 }

@@ -9,12 +9,20 @@ pub mod config;
 mod connect_error;
 mod decision;
 mod duration;
+mod header_style;
 pub mod key;
 mod layer;
 mod limiter;
 pub mod observe;
 mod redis_url;
 pub mod store;
+mod tier;
+
+/// Rendering a [`Decision`] into rate-limit headers (the layer does it by itself).
+pub mod headers {
+    #[doc(inline)]
+    pub use crate::layer::headers::*;
+}
 
 pub use crate::client_ip::{IpNet, ParseIpNetError};
 pub use crate::clock::{Clock, ManualClock, SystemClock};
@@ -23,10 +31,10 @@ pub use crate::config::{
     TimeSource,
 };
 pub use crate::connect_error::ConnectError;
-pub use crate::decision::{
-    Decision, HeaderStyle, Tier, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_REMAINING,
-};
+pub use crate::decision::Decision;
 pub use crate::duration::{parse_duration, ParseDurationError};
+pub use crate::header_style::HeaderStyle;
 pub use crate::layer::{RateLimit, RateLimitLayer, ResponseBody, ResponseFuture};
 pub use crate::limiter::{CheckRequest, RateLimiter, RateLimiterBuilder, UserKey};
 pub use crate::store::Backend;
+pub use crate::tier::Tier;

@@ -12,12 +12,13 @@ use std::time::Duration;
 use crate::clock::{Clock, SystemClock};
 use crate::config::RateLimitConfig;
 use crate::connect_error::ConnectError;
-use crate::decision::{Decision, HeaderStyle, Policies, Tier};
+use crate::decision::Decision;
 use crate::key::{encode_id, encode_ip, UNMATCHED_ENDPOINT};
 use crate::observe;
 use crate::store::{
     Backend, DynStore, MemoryStore, Store, StoreError, StoreOutcome, StoreRequest, TierCheck,
 };
+use crate::tier::Tier;
 
 /// Who is asking, for the user tier.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,29 +166,16 @@ impl<'a> Keys<'a> {
     }
 }
 
-/// The decision for a store's answer to `req`, with its headers' policies and its cost.
+/// The decision for a store's answer to `req`, with the tiers that applied and its cost.
 #[inline]
 fn conclude(
     outcome: Result<StoreOutcome, StoreError>,
     backend: &'static str,
-    config: &RateLimitConfig,
     req: &StoreRequest<'_>,
 ) -> Decision {
     decide(outcome, backend)
-        .with_policies(policies(config, req), config.headers())
+        .with_tiers(req.tiers.iter().map(|t| (t.tier, t.limit)), req.window)
         .with_cost(req)
-}
-
-/// The `RateLimit-Policy` items of a request: only worth building when the IETF headers are on.
-#[inline]
-fn policies(config: &RateLimitConfig, req: &StoreRequest<'_>) -> Option<Policies> {
-    if config.headers() == HeaderStyle::Legacy {
-        return None;
-    }
-    Some(Policies::new(
-        req.tiers.iter().map(|t| (t.tier, t.limit)),
-        req.window,
-    ))
 }
 
 /// The decision for a store's answer; a failing store lets the request through.
@@ -474,7 +462,7 @@ impl RateLimiter {
         let keys = Keys::new(config, request, self.plan_limit(request.user, now));
         let mut tiers = [NO_TIER; 3];
         let decision = match keys.store_request(now, config, &mut tiers) {
-            Some(req) => conclude(store.check_sync(&req), "memory", config, &req),
+            Some(req) => conclude(store.check_sync(&req), "memory", &req),
             None => Decision::unlimited(request.cost),
         };
         observe::record(&decision);
@@ -499,7 +487,7 @@ impl RateLimiter {
             StoreKind::Custom(store) => (store.check(&store_request).await, "custom"),
         };
         observe::store_duration(backend, started.elapsed().as_secs_f64());
-        let decision = conclude(outcome, backend, config, &store_request);
+        let decision = conclude(outcome, backend, &store_request);
         observe::record(&decision);
         decision
     }

@@ -16,7 +16,8 @@
 //! fields `tier` and `decision` recorded once decided; a fallback logs one event: ERROR naming
 //! the cause and the fix when the configuration is at fault, WARN for an outage.
 
-use crate::decision::{Decision, Tier};
+use crate::decision::Decision;
+use crate::tier::Tier;
 
 /// Counter of decisions: labels `decision`, `tier`.
 pub const CHECKS_TOTAL: &str = "tiered_ratelimit_checks_total";

@@ -10,9 +10,7 @@ use axum::Router;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use tiered_ratelimit::store::MemoryStore;
-use tiered_ratelimit::{
-    ManualClock, RateLimitConfig, RateLimitLayer, RateLimiter, Tier, X_RATELIMIT_REMAINING,
-};
+use tiered_ratelimit::{ManualClock, RateLimitConfig, RateLimitLayer, RateLimiter, Tier};
 use tower::ServiceExt;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -398,7 +396,10 @@ async fn any_tower_service_with_any_bytes_body() {
         .await
         .unwrap();
     assert_eq!(ok.status(), StatusCode::OK);
-    assert_eq!(ok.headers()[&X_RATELIMIT_REMAINING], "0");
+    assert_eq!(
+        ok.headers()[&tiered_ratelimit::headers::X_RATELIMIT_REMAINING],
+        "0"
+    );
     assert_eq!(ok.headers()[http::header::RETRY_AFTER], "0");
     assert_eq!(ok.into_body().collect().await.unwrap().to_bytes(), "hello");
     let denied = svc.oneshot(Request::new(String::new())).await.unwrap();

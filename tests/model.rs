@@ -393,9 +393,9 @@ struct Observed {
 }
 
 impl Observed {
-    fn of(d: &Decision) -> Self {
-        let mut headers: Vec<String> = d
-            .headers()
+    /// What `d` says, with the headers the layer would send in `style`.
+    fn of(d: &Decision, style: tiered_ratelimit::HeaderStyle) -> Self {
+        let mut headers: Vec<String> = tiered_ratelimit::headers::to_header_map(d, style)
             .iter()
             .map(|(k, v)| format!("{k}: {}", v.to_str().unwrap_or("(not ASCII)")))
             .collect();
@@ -937,7 +937,7 @@ async fn replay(b: &TestBackend, sc: &Scenario, steps: &[Step]) -> Result<(), Mi
                     "the limiter fell back to memory: Redis failed, not the contract"
                 );
                 let expected = expected.expect("a check has a decision");
-                let actual = Observed::of(&decision);
+                let actual = Observed::of(&decision, limiter.config().headers());
                 if actual != expected {
                     return Err(Mismatch {
                         at,
@@ -1276,7 +1276,7 @@ pub async fn concurrent_mixed_costs_are_exact(b: TestBackend) {
                             user,
                             route,
                             cost,
-                            decision: Observed::of(&d),
+                            decision: Observed::of(&d, limiter.config().headers()),
                         });
                         tokio::task::yield_now().await;
                     }

@@ -11,7 +11,7 @@ use arc_swap::ArcSwap;
 use super::{Backend, MemoryStore, RedisStore, Store, StoreError, StoreOutcome, StoreRequest};
 use crate::config::RedisConfig;
 use crate::connect_error::ConnectError;
-use crate::decision::Tier;
+use crate::tier::Tier;
 
 /// Called with the new backend on every switch.
 pub type BackendListener = Arc<dyn Fn(Backend) + Send + Sync>;

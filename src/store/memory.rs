@@ -14,7 +14,7 @@ use parking_lot::{Mutex, MutexGuard};
 use super::{Backend, Store, StoreError, StoreOutcome, StoreRequest, TierCheck};
 use crate::clock::saturating_micros;
 use crate::config::DEFAULT_MAX_TRACKED_KEYS;
-use crate::decision::Tier;
+use crate::tier::Tier;
 
 type LogMap = DashMap<Box<str>, Log, ahash::RandomState>;
 

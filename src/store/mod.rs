@@ -9,7 +9,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::decision::Tier;
+use crate::tier::Tier;
 
 #[cfg(feature = "redis")]
 mod denial_cache;

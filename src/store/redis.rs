@@ -19,7 +19,7 @@ use super::{Backend, Store, StoreError, StoreOutcome, StoreRequest, TierCheck};
 use crate::clock::saturating_micros;
 use crate::config::{RedisConfig, TimeSource};
 use crate::connect_error::ConnectError;
-use crate::decision::Tier;
+use crate::tier::Tier;
 
 /// The script, run with EVALSHA (and reloaded on NOSCRIPT).
 pub(crate) const SCRIPT: &str = include_str!("redis.lua");

@@ -1,0 +1,139 @@
+//! Rendering a [`Decision`] into rate-limit headers, in the configured [`HeaderStyle`]: the
+//! legacy `X-RateLimit-Remaining` / `Retry-After`, and the IETF draft's `RateLimit-Policy` /
+//! `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11).
+//!
+//! The layer adds them to every limited response by itself; these functions are for code that
+//! uses the [`RateLimiter`](crate::RateLimiter) without the layer.
+//!
+//! ```
+//! use tiered_ratelimit::headers;
+//! use tiered_ratelimit::{HeaderStyle, ManualClock, RateLimitConfig, RateLimiter};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), tiered_ratelimit::ConfigError> {
+//! let config = RateLimitConfig::builder().user_limit(5).build()?;
+//! let limiter = RateLimiter::builder(config).clock(ManualClock::new()).build();
+//! let decision = limiter.check("alice", "/items").await;
+//! let map = headers::to_header_map(&decision, HeaderStyle::Both);
+//! assert_eq!(map[&headers::X_RATELIMIT_REMAINING], "4");
+//! assert_eq!(map[&headers::RATELIMIT_POLICY], "\"user\";q=5;w=60");
+//! assert_eq!(map[&headers::RATELIMIT], "\"user\";r=4;t=61");
+//! # Ok(()) }
+//! ```
+
+use std::fmt::Write;
+
+use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+
+use crate::decision::Decision;
+use crate::header_style::HeaderStyle;
+
+/// `X-RateLimit-Remaining`.
+pub static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11).
+pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers-11).
+pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+
+/// The rate-limit headers of `decision` in `style`, in a new map.
+pub fn to_header_map(decision: &Decision, style: HeaderStyle) -> HeaderMap {
+    let mut headers = HeaderMap::with_capacity(2);
+    write(decision, style, &mut headers);
+    headers
+}
+
+/// Inserts the rate-limit headers of `decision` in `style` into `headers`, replacing any there.
+///
+/// A request to which no tier applied (every limit 0, or only a user limit and no user id nor
+/// client address) gets none: a remaining count of `u64::MAX` is no use to a client.
+pub fn write(decision: &Decision, style: HeaderStyle, headers: &mut HeaderMap) {
+    if !decision.is_limited() {
+        return;
+    }
+    let legacy = style != HeaderStyle::Ietf;
+    if legacy {
+        headers.insert(X_RATELIMIT_REMAINING.clone(), number(decision.remaining()));
+    }
+    if legacy || !decision.allowed() {
+        headers.insert(RETRY_AFTER, number(decision.retry_after_secs()));
+    }
+    if style != HeaderStyle::Legacy {
+        let window = decision.window();
+        let w = window.as_secs() + u64::from(window.subsec_nanos() > 0);
+        let mut policy = String::new();
+        for (i, (tier, limit)) in decision.limits().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            let _ = write!(policy, "{sep}\"{tier}\";q={limit};w={w}");
+        }
+        if let Ok(value) = HeaderValue::try_from(policy) {
+            headers.insert(RATELIMIT_POLICY.clone(), value);
+        }
+        if let Some((tier, reset)) = decision.binding() {
+            let secs = reset.as_secs() + u64::from(reset.subsec_nanos() > 0);
+            let value = format!("\"{tier}\";r={};t={secs}", decision.remaining());
+            if let Ok(value) = HeaderValue::try_from(value) {
+                headers.insert(RATELIMIT.clone(), value);
+            }
+        }
+    }
+}
+
+/// Header values of small numbers, made once: sending one is then a copy, not an allocation.
+const CACHED_NUMBERS: u64 = 4096;
+
+fn number(n: u64) -> HeaderValue {
+    static CACHE: std::sync::OnceLock<Vec<HeaderValue>> = std::sync::OnceLock::new();
+    if n >= CACHED_NUMBERS {
+        return HeaderValue::from(n);
+    }
+    let cache = CACHE.get_or_init(|| {
+        // One leaked string of every digit sequence: static header values clone for free.
+        let mut all = String::new();
+        let mut ends = Vec::with_capacity(CACHED_NUMBERS as usize);
+        for i in 0..CACHED_NUMBERS {
+            all.push_str(&i.to_string());
+            ends.push(all.len());
+        }
+        let all: &'static str = Box::leak(all.into_boxed_str());
+        let mut start = 0;
+        ends.into_iter()
+            .map(|end| {
+                let value = HeaderValue::from_static(&all[start..end]);
+                start = end;
+                value
+            })
+            .collect()
+    });
+    cache[n as usize].clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::tier::Tier;
+
+    #[test]
+    fn header_numbers_are_exact_on_both_sides_of_the_cache() {
+        for n in [0, 1, 9, 10, 99, 100, 4095, 4096, 4097, 1 << 40, u64::MAX] {
+            assert_eq!(number(n).to_str().unwrap(), n.to_string());
+        }
+    }
+
+    #[test]
+    fn headers_of_a_denial_round_up() {
+        let window = Duration::from_secs(60);
+        let limited = |d: Decision| d.with_tiers([(Tier::User, 5)], window);
+        let d = limited(Decision::deny(Tier::User, Duration::from_millis(1500)));
+        let h = to_header_map(&d, HeaderStyle::Legacy);
+        assert_eq!(h[&X_RATELIMIT_REMAINING], "0");
+        assert_eq!(h[RETRY_AFTER], "2");
+        let d = limited(Decision::deny(Tier::User, Duration::from_micros(1)));
+        assert_eq!(to_header_map(&d, HeaderStyle::Legacy)[RETRY_AFTER], "1");
+        let a = to_header_map(&limited(Decision::admit(7)), HeaderStyle::Legacy);
+        assert_eq!(a[RETRY_AFTER], "0");
+        assert_eq!(a[&X_RATELIMIT_REMAINING], "7");
+        assert!(to_header_map(&Decision::unlimited(1), HeaderStyle::Both).is_empty());
+    }
+}

@@ -1,0 +1,281 @@
+//! The limiter as tower middleware: [`RateLimitLayer`] makes [`RateLimit`] services.
+//!
+//! A request's path through here: [`extract`] takes the user id (or the client address), the
+//! route template and the cost from the request's head; the [`RateLimiter`] decides; an allowed
+//! request goes on to the inner service and its response gets the rate-limit [`headers`]; a
+//! denied one gets a [`rejection`] (a 429 with an RFC 9457 problem body) without calling the
+//! inner service. [`future`] and [`body`] hold the service's future and response body types.
+//!
+//! ```
+//! use axum::{routing::get, Router};
+//! use tiered_ratelimit::{RateLimitConfig, RateLimitLayer};
+//!
+//! let config = RateLimitConfig::builder().user_limit(50).build().expect("valid config");
+//! let app: Router = Router::new()
+//!     .route("/api/v1/items/{id}", get(|| async { "item" }))
+//!     .route_layer(RateLimitLayer::new(config).user_id(|parts| {
+//!         parts.headers.get("x-user-id")?.to_str().ok().map(str::to_owned)
+//!     }));
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::Response;
+use tower_layer::Layer;
+
+use crate::client_ip::{ClientIpRule, IpNet, Proxies};
+use crate::config::RateLimitConfig;
+use crate::decision::Decision;
+use crate::limiter::RateLimiter;
+
+pub(crate) mod body;
+pub(crate) mod extract;
+pub(crate) mod future;
+pub(crate) mod headers;
+pub(crate) mod rejection;
+pub(crate) mod service;
+
+pub use self::body::ResponseBody;
+pub use self::future::ResponseFuture;
+pub use self::service::RateLimit;
+
+type PartsFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
+pub(crate) type RejectFn = Arc<dyn Fn(&Decision) -> Response<Bytes> + Send + Sync>;
+type CostFn = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
+
+/// Applies a [`RateLimiter`] to every request of the wrapped service.
+///
+/// - **User:** the [`user_id`](Self::user_id) closure's answer; without one (no closure, or it
+///   returns `None`) the client IP stands in, under a key no user id can produce: the peer
+///   from axum's `ConnectInfo<SocketAddr>` (or `MockConnectInfo`), or, behind
+///   [`trusted_proxies`](Self::trusted_proxies) / [`trusted_hops`](Self::trusted_hops), the
+///   rightmost untrusted address of the [client-IP header](Self::client_ip_header); IPv6 grouped by
+///   [`ipv6_prefix`](Self::ipv6_prefix). With no peer address, the user tier is skipped for
+///   that request. Serve with `into_make_service_with_connect_info::<SocketAddr>()` to have
+///   the address.
+/// - **Endpoint:** axum's [`MatchedPath`](axum::extract::MatchedPath), the route *template*
+///   (`/api/v1/items/{id}`), never the raw path. A request that matched no route (a 404 under
+///   `Router::layer`, or this layer wrapped around a whole router from outside) uses one fixed
+///   endpoint key, so random paths never create keys. [`endpoint`](Self::endpoint) replaces
+///   this, for services other than axum (a gRPC method, say).
+/// - **Allowed:** the inner response, with `X-RateLimit-Remaining` and `Retry-After: 0` added.
+/// - **Denied:** `429 Too Many Requests` with `X-RateLimit-Remaining: 0`, `Retry-After: n`
+///   (whole seconds, rounded up, at least 1) and a short RFC 9457 `application/problem+json`
+///   body naming the violated policy (the tier); [`on_rejection`](Self::on_rejection) replaces
+///   it. The inner service is not called. (The headers follow the config's
+///   [`HeaderStyle`](crate::HeaderStyle): legacy, IETF or both.)
+///
+/// Works with `Router::layer`, `Router::route_layer` and any tower service whose response body
+/// carries [`Bytes`]. Clones of the layer and of its services share one limiter.
+///
+/// ```
+/// use axum::{routing::get, Router};
+/// use std::time::Duration;
+/// use tiered_ratelimit::{RateLimitConfig, RateLimitLayer};
+///
+/// let config = RateLimitConfig::builder()
+///     .window(Duration::from_secs(60))
+///     .user_limit(50)
+///     .endpoint_limit(100)
+///     .global_limit(1000)
+///     .build()
+///     .expect("valid config");
+///
+/// let app: Router = Router::new()
+///     .route("/api/v1/items/{id}", get(|| async { "item" }))
+///     .route_layer(RateLimitLayer::new(config).user_id(|parts| {
+///         parts.headers.get("x-user-id")?.to_str().ok().map(str::to_owned)
+///     }));
+/// ```
+#[derive(Clone)]
+#[must_use]
+pub struct RateLimitLayer {
+    limiter: RateLimiter,
+    user_id: Option<PartsFn>,
+    endpoint: Option<PartsFn>,
+    client_ip: Arc<ClientIpRule>,
+    rejection: Option<RejectFn>,
+    cost: Option<CostFn>,
+}
+
+impl fmt::Debug for RateLimitLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("limiter", &self.limiter)
+            .field("user_id", &self.user_id.as_ref().map(|_| "closure"))
+            .field("endpoint", &self.endpoint.as_ref().map(|_| "closure"))
+            .field("client_ip", &self.client_ip)
+            .field("rejection", &self.rejection.as_ref().map(|_| "closure"))
+            .field("cost", &self.cost.as_ref().map(|_| "closure"))
+            .finish()
+    }
+}
+
+impl RateLimitLayer {
+    /// A layer with a new [`RateLimiter`] for `config` (see [`RateLimiter::new`]).
+    pub fn new(config: RateLimitConfig) -> Self {
+        Self::from_limiter(RateLimiter::new(config))
+    }
+
+    /// A layer on an existing limiter (a clone shares its state).
+    pub fn from_limiter(limiter: RateLimiter) -> Self {
+        Self {
+            limiter,
+            user_id: None,
+            endpoint: None,
+            client_ip: Arc::default(),
+            rejection: None,
+            cost: None,
+        }
+    }
+
+    /// How many units a request spends (default 1), from its method, route, declared body
+    /// size, ... A cost above a tier's limit is denied with a problem body that says so.
+    ///
+    /// ```
+    /// # use tiered_ratelimit::{RateLimitConfig, RateLimitLayer};
+    /// # let config = RateLimitConfig::builder().user_limit(1000).build().unwrap();
+    /// // One unit per started KiB of declared body, at least 1.
+    /// let layer = RateLimitLayer::new(config).cost(|parts| {
+    ///     let bytes = parts
+    ///         .headers
+    ///         .get(http::header::CONTENT_LENGTH)
+    ///         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+    ///         .unwrap_or(0);
+    ///     bytes.div_ceil(1024).max(1)
+    /// });
+    /// ```
+    pub fn cost<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Parts) -> u64 + Send + Sync + 'static,
+    {
+        self.cost = Some(Arc::new(f));
+        self
+    }
+
+    /// Replaces the 429 response. The layer still adds the rate-limit headers to what `f`
+    /// returns (replacing any of the same names).
+    ///
+    /// ```
+    /// # use tiered_ratelimit::{RateLimitConfig, RateLimitLayer};
+    /// # let config = RateLimitConfig::builder().user_limit(5).build().unwrap();
+    /// let layer = RateLimitLayer::new(config).on_rejection(|decision| {
+    ///     http::Response::builder()
+    ///         .status(503)
+    ///         .body(format!("slow down ({:?})", decision.blocked_by()).into())
+    ///         .unwrap()
+    /// });
+    /// ```
+    pub fn on_rejection<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Decision) -> Response<Bytes> + Send + Sync + 'static,
+    {
+        self.rejection = Some(Arc::new(f));
+        self
+    }
+
+    /// Behind proxies in these networks, the client is the rightmost address of the client-IP
+    /// header that is not one of them — never the leftmost, which the client writes. The header is
+    /// `X-Forwarded-For` unless [`client_ip_header`](Self::client_ip_header) names another;
+    /// headers are ignored when the peer is not a trusted proxy.
+    ///
+    /// ```
+    /// # use tiered_ratelimit::{RateLimitConfig, RateLimitLayer, IpNet};
+    /// # let config = RateLimitConfig::builder().user_limit(5).build().unwrap();
+    /// let layer = RateLimitLayer::new(config).trusted_proxies([
+    ///     "10.0.0.0/8".parse::<IpNet>().unwrap(),
+    ///     "fd00::/8".parse().unwrap(),
+    /// ]);
+    /// ```
+    ///
+    /// A network of every address (`0.0.0.0/0`, `::/0`) trusts every client to name itself,
+    /// so that any client can pick its own bucket: it is logged as an error when the layer is
+    /// built this way (the demo server refuses it).
+    pub fn trusted_proxies(mut self, networks: impl IntoIterator<Item = IpNet>) -> Self {
+        let networks: Vec<IpNet> = networks.into_iter().collect();
+        if let Some(all) = networks.iter().find(|n| n.is_everything()) {
+            tracing::error!(
+                network = %all,
+                "trusted_proxies: {all} trusts every client to name its own address, so any \
+                 client can pick its own rate-limit bucket; name your proxies' networks instead"
+            );
+        }
+        Arc::make_mut(&mut self.client_ip).proxies = Proxies::Networks(networks);
+        self
+    }
+
+    /// The one header that carries the addresses the trusted proxies saw (default
+    /// `X-Forwarded-For`): `forwarded` for RFC 7239 `Forwarded`, or a comma-separated list
+    /// header such as `x-real-ip`. No other header is read: a header your proxies do not write
+    /// passes through them as the client sent it.
+    ///
+    /// ```
+    /// # use tiered_ratelimit::{RateLimitConfig, RateLimitLayer, IpNet};
+    /// # let config = RateLimitConfig::builder().user_limit(5).build().unwrap();
+    /// let layer = RateLimitLayer::new(config)
+    ///     .trusted_proxies(["10.0.0.0/8".parse::<IpNet>().unwrap()])
+    ///     .client_ip_header(http::header::FORWARDED);
+    /// ```
+    pub fn client_ip_header(mut self, name: http::HeaderName) -> Self {
+        Arc::make_mut(&mut self.client_ip).header = crate::client_ip::ChainHeader::named(name);
+        self
+    }
+
+    /// Behind exactly `hops` proxies (the peer being the last), the client is the address the
+    /// first of them appended: `hops` entries from the right of `Forwarded` /
+    /// `X-Forwarded-For`. 0 means no proxy (the default).
+    pub fn trusted_hops(mut self, hops: usize) -> Self {
+        Arc::make_mut(&mut self.client_ip).proxies = if hops == 0 {
+            Proxies::None
+        } else {
+            Proxies::Hops(hops)
+        };
+        self
+    }
+
+    /// IPv6 clients are grouped by this network prefix (default 64, at most 128): one bucket
+    /// per /64, since one client can pick any address in its own. IPv4-mapped IPv6 addresses
+    /// are treated as IPv4, one bucket per address.
+    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
+        Arc::make_mut(&mut self.client_ip).ipv6_prefix = bits.min(128);
+        self
+    }
+
+    /// How to find the user id in a request. `None` falls back to the client IP.
+    pub fn user_id<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        self.user_id = Some(Arc::new(f));
+        self
+    }
+
+    /// How to name the endpoint of a request, replacing axum's `MatchedPath`. `None` means the
+    /// fixed "unmatched" key. Return templates, not raw paths, or every path becomes a key.
+    pub fn endpoint<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        self.endpoint = Some(Arc::new(f));
+        self
+    }
+
+    /// The limiter behind the layer.
+    pub fn limiter(&self) -> &RateLimiter {
+        &self.limiter
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}

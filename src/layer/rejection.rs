@@ -1,0 +1,65 @@
+//! The 429: an RFC 9457 `application/problem+json` body naming the violated policy (or the
+//! user's own rejection), and the rate-limit headers on every response.
+
+use bytes::Bytes;
+use http::header::{HeaderValue, CONTENT_TYPE};
+use http::{Response, StatusCode};
+
+use super::body::ResponseBody;
+use super::headers;
+use super::RejectFn;
+use crate::decision::Decision;
+use crate::header_style::HeaderStyle;
+
+/// The inner service's response, with the rate-limit headers.
+pub(crate) fn with_headers<B>(
+    response: Response<B>,
+    decision: &Decision,
+    style: HeaderStyle,
+) -> Response<ResponseBody<B>> {
+    let (mut parts, body) = response.into_parts();
+    headers::write(decision, style, &mut parts.headers);
+    Response::from_parts(parts, ResponseBody::inner(body))
+}
+
+/// The 429 (or the user's own rejection), with the rate-limit headers.
+pub(crate) fn reject<B>(
+    decision: &Decision,
+    style: HeaderStyle,
+    custom: Option<&RejectFn>,
+) -> Response<ResponseBody<B>> {
+    let response = match custom {
+        Some(f) => f(decision),
+        None => problem(decision),
+    };
+    let (mut parts, body) = response.into_parts();
+    headers::write(decision, style, &mut parts.headers);
+    Response::from_parts(parts, ResponseBody::rejection(body))
+}
+
+/// RFC 9457 `application/problem+json`, naming the violated policy (the tier).
+fn problem(decision: &Decision) -> Response<Bytes> {
+    let tier = decision.blocked_by().map_or("rate", |t| t.as_str());
+    let retry = decision.retry_after_secs();
+    let detail = match decision.cost_limit() {
+        Some(limit) => format!(
+            "This request costs {} units, more than the {tier} limit of {limit}: \
+             it can never be admitted.",
+            decision.cost()
+        ),
+        None => format!("The {tier} rate limit is reached; retry after {retry} s."),
+    };
+    let body = format!(
+        "{{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\
+         \"detail\":\"{detail}\",\"policy\":\"{tier}\",\"retry_after\":{retry},\
+         \"cost\":{}}}",
+        decision.cost()
+    );
+    let mut response = Response::new(Bytes::from(body));
+    *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    response
+}
