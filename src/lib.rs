@@ -3,6 +3,7 @@
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
+mod algorithm;
 mod client_ip;
 mod clock;
 pub mod config;

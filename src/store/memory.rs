@@ -12,11 +12,19 @@ use dashmap::DashMap;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::{Backend, Store, StoreError, StoreOutcome, StoreRequest, TierCheck};
+use crate::algorithm::{self, TierFacts, Verdict};
 use crate::clock::saturating_micros;
 use crate::config::DEFAULT_MAX_TRACKED_KEYS;
 use crate::tier::Tier;
 
 type LogMap = DashMap<Box<str>, Log, ahash::RandomState>;
+
+const NO_FACTS: TierFacts = TierFacts {
+    limit: 0,
+    shadow: false,
+    count: 0,
+    oldest: None,
+};
 
 /// Shards per map: enough that checks of different keys rarely meet on one shard lock.
 const SHARDS: usize = 64;
@@ -166,6 +174,15 @@ enum Held<'a> {
 
 impl Held<'_> {
     #[inline]
+    fn log_ref(&self) -> &Log {
+        match self {
+            Self::Map(r) => r.value(),
+            Self::New(_, log) => log,
+            Self::Global(g) => g,
+        }
+    }
+
+    #[inline]
     fn log(&mut self) -> &mut Log {
         match self {
             Self::Map(r) => r.value_mut(),
@@ -309,102 +326,70 @@ impl Inner {
         let tiers = req.tiers;
         let mut held = self.hold_all(tiers);
         let cutoff = now.saturating_sub(window);
-        let cost = req.cost;
-        let mut remaining = u64::MAX;
-        let mut binding = 0usize;
-        let mut shadow_denied = None;
-        // Which tiers record the request: all but the full shadow ones.
-        let mut records = [false; 3];
-        for (i, ((h, t), record)) in held
-            .iter_mut()
-            .zip(tiers)
-            .zip(records.iter_mut())
-            .enumerate()
-        {
+        let mut facts = [NO_FACTS; 3];
+        for ((h, t), f) in held.iter_mut().zip(tiers).zip(facts.iter_mut()) {
             let Some(h) = h else { continue };
             let log = h.log();
             log.trim(cutoff);
-            let count = log.count();
-            if count.saturating_add(cost) > t.limit {
-                let retry_after = if cost > t.limit {
-                    window // can never fit: a full window is the honest floor
-                } else {
-                    // The entry whose expiry makes room for `cost` more.
-                    let ts = log.expiry_of(count + cost - t.limit).unwrap_or(now);
-                    ts.saturating_add(window)
-                        .saturating_add(1)
-                        .saturating_sub(now)
-                };
-                let retry_after = Duration::from_micros(retry_after.max(1));
-                if !t.shadow {
-                    // Denied: the logs are left as they were, and a key made for this check
-                    // (`Held::New`) is dropped with the guards, never inserted.
-                    return Ok(StoreOutcome::Denied {
-                        tier: t.tier,
-                        retry_after,
-                    });
-                }
-                shadow_denied = shadow_denied.or(Some((t.tier, retry_after)));
-                if remaining > 0 {
-                    remaining = 0;
-                    binding = i;
-                }
-                continue;
-            }
-            *record = true;
-            let left = t.limit - count - cost;
-            if left < remaining {
-                remaining = left;
-                binding = i;
-            }
+            *f = TierFacts {
+                limit: t.limit,
+                shadow: t.shadow,
+                count: log.count(),
+                oldest: log.entries.front().copied(),
+            };
         }
-        // Admitted. New keys are inserted only now, and only within the cap.
-        let new_keys = held
-            .iter()
-            .zip(records)
-            .filter(|(h, r)| *r && matches!(h, Some(Held::New(..))))
-            .count();
-        if new_keys > 0 && !self.try_reserve(new_keys) {
-            let first_new = held
-                .iter()
-                .zip(records)
-                .position(|(h, r)| r && matches!(h, Some(Held::New(..))))
-                .unwrap_or(0);
-            return Err(tiers[first_new].tier);
-        }
-        for (h, _) in held.iter_mut().zip(records).filter(|(_, r)| *r) {
-            let Some(h) = h else { continue };
-            let log = h.log();
-            // Never record before the newest entry: the log stays sorted even when threads
-            // read the clock in one order and lock in another.
-            let at = log.entries.back().map_or(now, |&b| b.max(now));
-            log.record(at, cost);
-        }
-        let reset = match shadow_denied {
-            Some((tier, retry_after)) if tier == tiers[binding].tier => retry_after,
-            _ => {
-                let oldest = held[binding]
-                    .as_mut()
-                    .and_then(|h| h.log().entries.front().copied())
-                    .unwrap_or(now);
-                Duration::from_micros(
-                    oldest
-                        .saturating_add(window)
-                        .saturating_add(1)
-                        .saturating_sub(now),
-                )
+        let facts = &facts[..tiers.len()];
+        let verdict = algorithm::decide(facts, now, window, req.cost, |i, units| {
+            held[i].as_ref().and_then(|h| h.log_ref().expiry_of(units))
+        });
+        let (records, remaining, binding, reset, shadow_denied) = match verdict {
+            // Denied: the logs are left as they were, and a key made for this check
+            // (`Held::New`) is dropped with the guards, never inserted.
+            Verdict::Denied { index, retry_after } => {
+                return Ok(StoreOutcome::Denied {
+                    tier: tiers[index].tier,
+                    retry_after,
+                })
             }
+            Verdict::Admitted {
+                records,
+                remaining,
+                binding,
+                reset,
+                shadow_denied,
+            } => (records, remaining, binding, reset, shadow_denied),
         };
+        // Admitted. New keys are inserted only now, and only within the cap.
+        let is_new = |h: &Option<Held<'_>>| matches!(h, Some(Held::New(..)));
+        let new_keys = held.iter().zip(records).filter(|(h, r)| *r && is_new(h));
+        if let Some(first_new) = new_keys.clone().next() {
+            if !self.try_reserve(new_keys.count()) {
+                let index = held.iter().position(|h| std::ptr::eq(h, first_new.0));
+                return Err(tiers[index.unwrap_or(0)].tier);
+            }
+        }
         for (h, _) in held.iter_mut().zip(records).filter(|(_, r)| *r) {
-            if let Some(Held::New(vacant, log)) = h.take() {
-                vacant.insert(log);
+            let Some(h) = h.take() else { continue };
+            let cost = req.cost;
+            match h {
+                Held::New(vacant, mut log) => {
+                    log.record(now, cost);
+                    vacant.insert(log);
+                }
+                mut h => {
+                    let log = h.log();
+                    // Never record before the newest entry: the log stays sorted even when
+                    // threads read the clock in one order and lock in another.
+                    let at = log.entries.back().map_or(now, |&b| b.max(now));
+                    log.record(at, cost);
+                }
             }
         }
         Ok(StoreOutcome::Admitted {
             remaining,
             binding: tiers[binding].tier,
             reset,
-            shadow_denied,
+            shadow_denied: shadow_denied.map(|(i, wait)| (tiers[i].tier, wait)),
         })
     }
 
