@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Redis throughput: checks per second of our limiter on Redis, beside redis-benchmark running
-# the very same Lua script (src/store/redis.lua) with EVALSHA at the same concurrency.
+# the very same Lua script (src/store/redis/script.lua) with EVALSHA at the same concurrency.
 #
 #   benches/redis.sh                        # about 2 to 3.5 minutes with the defaults
 #   CHECKS=50000 REPS=1 benches/redis.sh    # a quick look
@@ -125,11 +125,11 @@ done
 cli() { redis-cli -p "$PORT" "$@"; }
 log "redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$PORT"
 
-SHA=$(cli -x SCRIPT LOAD <src/store/redis.lua)
+SHA=$(cli -x SCRIPT LOAD <src/store/redis/script.lua)
 [[ $SHA =~ ^[0-9a-f]{40}$ ]] || die "SCRIPT LOAD failed: $SHA"
 # -x sends the file byte for byte, so this is the sha our limiter uses (Script::from_lua).
 if command -v sha1sum >/dev/null 2>&1; then
-    file_sha=$(sha1sum src/store/redis.lua | cut -d" " -f1)
+    file_sha=$(sha1sum src/store/redis/script.lua | cut -d" " -f1)
     [ "$SHA" = "$file_sha" ] || die "loaded sha $SHA is not the file's $file_sha"
 fi
 
@@ -268,7 +268,7 @@ redis_version=$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')
     echo "# Redis: our limiter vs redis-benchmark on the same script"
     echo
     echo "$(date -u +%Y-%m-%dT%H:%M:%SZ), commit $commit, $(nproc) CPUs ($cpu_model), redis-server $redis_version."
-    echo "\`benches/redis.sh\`: src/store/redis.lua (sha $SHA), 3 tiers, 1 s window, limits never"
+    echo "\`benches/redis.sh\`: src/store/redis/script.lua (sha $SHA), 3 tiers, 1 s window, limits never"
     echo "reached, $USERS users; $WARMUP warm-up then $CHECKS timed checks per run, $REPS runs per"
     echo "cell interleaved, medians; our time source: $TIME_SOURCE. Pinning: $pinning."
     echo

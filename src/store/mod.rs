@@ -12,14 +12,10 @@ use std::time::Duration;
 use crate::decision::Tier;
 
 #[cfg(feature = "redis")]
-mod denial_cache;
-#[cfg(feature = "redis")]
 mod fallback;
 mod memory;
 #[cfg(feature = "redis")]
 mod redis;
-#[cfg(feature = "tls")]
-mod redis_tls;
 
 #[cfg(feature = "redis")]
 pub use self::fallback::FallbackStore;

@@ -14,15 +14,19 @@ use fred::types::scripts::Script;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use tokio::sync::watch;
 
-use super::denial_cache::DenialCache;
+use self::denial_cache::DenialCache;
 use super::{Backend, Store, StoreError, StoreOutcome, StoreRequest, TierCheck};
 use crate::clock::saturating_micros;
 use crate::config::{RedisConfig, TimeSource};
 use crate::connect_error::ConnectError;
 use crate::decision::Tier;
 
+mod denial_cache;
+#[cfg(feature = "tls")]
+mod tls;
+
 /// The script, run with EVALSHA (and reloaded on NOSCRIPT).
-pub(crate) const SCRIPT: &str = include_str!("redis.lua");
+pub(crate) const SCRIPT: &str = include_str!("script.lua");
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Conn {
@@ -36,7 +40,7 @@ enum Conn {
 
 /// Sliding logs in Redis sorted sets, shared by every app instance on the same Redis.
 ///
-/// Each check is one EVALSHA of `src/store/redis.lua`, which trims, counts and, only if every tier has
+/// Each check is one EVALSHA of `src/store/redis/script.lua`, which trims, counts and, only if every tier has
 /// room, records the request in every tier, atomically: two instances can never both take the
 /// last slot. Each admitted request is one member, `<running total>:<cost>`: the key's running
 /// total of costs makes every member unique, so requests in the same microsecond from many
@@ -701,7 +705,7 @@ fn build_client(config: &RedisConfig) -> Result<Client, ConnectError> {
     if uses_tls(config) {
         #[cfg(feature = "tls")]
         {
-            redis.tls = Some(super::redis_tls::tls_config(config)?);
+            redis.tls = Some(self::tls::tls_config(config)?);
         }
         #[cfg(not(feature = "tls"))]
         return Err(ConnectError::InvalidSettings {
