@@ -28,11 +28,10 @@ pub(super) fn now_arg(time_source: TimeSource, req: &StoreRequest<'_>) -> String
 /// The script's `ARGV` for `tiers` (the tiers whose keys are its `KEYS`, in the same order):
 /// now, the window, the cost, then one limit per tier.
 pub(super) fn args(req: &StoreRequest<'_>, now: &str, tiers: &[TierCheck<'_>]) -> Vec<String> {
-    let mut args = Vec::with_capacity(4 + tiers.len());
+    let mut args = Vec::with_capacity(3 + tiers.len());
     args.push(now.to_owned());
     args.push(saturating_micros(req.window).to_string());
     args.push(req.cost.to_string());
-    args.push(String::new()); // ARGV[4]: unused since members carry their running totals
     args.extend(tiers.iter().map(limit_arg));
     args
 }
@@ -169,9 +168,9 @@ mod tests {
         assert_eq!(now_arg(TimeSource::Redis, &req), "");
         assert_eq!(
             args(&req, "7", &tiers),
-            ["7", "1500000", "3", "", "5", "-9"].map(String::from)
+            ["7", "1500000", "3", "5", "-9"].map(String::from)
         );
-        assert_eq!(args(&req, "", &tiers[1..]).len(), 5);
+        assert_eq!(args(&req, "", &tiers[1..]).len(), 4);
     }
 
     #[test]
