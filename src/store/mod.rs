@@ -21,8 +21,6 @@ mod redis;
 pub use self::fallback::FallbackStore;
 pub use self::memory::MemoryStore;
 #[cfg(feature = "redis")]
-pub(crate) use self::redis::client_config as redis_client_config;
-#[cfg(feature = "redis")]
 pub use self::redis::RedisStore;
 
 /// One tier of a [`StoreRequest`].

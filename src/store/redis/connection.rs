@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use fred::prelude::{
-    Builder, Client, ClientLike, Config, ConnectionConfig, Error as FredError, PerformanceConfig,
+    Builder, Client, ClientLike, ConnectionConfig, Error as FredError, PerformanceConfig,
 };
 
 use super::{ask, Inner, RedisStore};
@@ -28,24 +28,11 @@ pub(super) fn uses_tls(config: &RedisConfig) -> bool {
     crate::redis_url::scheme(&config.url).is_ok_and(|s| s.tls)
 }
 
-/// fred's config for the URL, without TLS (see [`build_client`]): clustered for
-/// `redis-cluster://` URLs or `cluster = true`.
-pub(crate) fn client_config(config: &RedisConfig) -> Result<Config, FredError> {
-    let url = crate::redis_url::for_fred(&config.url);
-    if config.cluster {
-        Config::from_url_clustered(&url)
-    } else {
-        Config::from_url(&url)
-    }
-}
-
 /// The fred client for `config`, with TLS set up for a TLS URL (reading its files).
 pub(super) fn build_client(config: &RedisConfig) -> Result<Client, ConnectError> {
-    let invalid = |e: FredError| ConnectError::InvalidSettings {
-        message: e.details().to_owned(),
-    };
+    let invalid = |message| ConnectError::InvalidSettings { message };
     #[cfg_attr(not(feature = "tls"), allow(unused_mut))]
-    let mut redis = client_config(config).map_err(invalid)?;
+    let mut redis = crate::redis_url::fred_config(&config.url, config.cluster).map_err(invalid)?;
     if uses_tls(config) {
         #[cfg(feature = "tls")]
         {
@@ -76,7 +63,9 @@ pub(super) fn build_client(config: &RedisConfig) -> Result<Client, ConnectError>
             max_command_attempts: attempts,
             ..ConnectionConfig::default()
         });
-    builder.build().map_err(invalid)
+    builder
+        .build()
+        .map_err(|e: FredError| invalid(e.details().to_owned()))
 }
 
 impl RedisStore {

@@ -33,7 +33,6 @@ mod ask;
 mod cluster;
 mod connection;
 
-pub(crate) use self::connection::client_config;
 mod denial_cache;
 mod invalidation;
 mod script;
