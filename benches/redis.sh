@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Redis throughput: checks per second of our limiter on Redis, beside redis-benchmark running
-# the very same Lua script (src/store/redis.lua) with EVALSHA at the same concurrency.
+# the very same Lua script (src/store/redis/script.lua) with EVALSHA at the same concurrency.
 #
 #   benches/redis.sh                        # about 2 to 3.5 minutes with the defaults
 #   CHECKS=50000 REPS=1 benches/redis.sh    # a quick look
@@ -13,10 +13,9 @@
 #                    user i % 10000, from N tokio tasks sharing one limiter (one fred client:
 #                    one connection, commands of concurrent tasks pipelined on it);
 #   redis-benchmark  EVALSHA <sha> 3 rate_limit:user:__rand_int__ rate_limit:endpoint:/bench
-#                    rate_limit:global "" 1000000 1 <unique member> 2^40 2^40 2^40, with -c N
-#                    connections, -P 1 (no pipelining), -r 10000 (10,000 users). ARGV[1] ""
-#                    makes the script read Redis TIME; the member is two __rand_int__ side by
-#                    side (10^8 values), unique per request in practice.
+#                    rate_limit:global "" 1000000 1 2^40 2^40 2^40, with -c N connections,
+#                    -P 1 (no pipelining), -r 10000 (10,000 users). ARGV[1] "" makes the
+#                    script read Redis TIME.
 #
 # Both start on an empty database (FLUSHALL), run WARMUP untimed checks, then CHECKS timed ones.
 # During our run INFO commandstats gives the round trips per check (EVALSHA calls / checks).
@@ -125,11 +124,11 @@ done
 cli() { redis-cli -p "$PORT" "$@"; }
 log "redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$PORT"
 
-SHA=$(cli -x SCRIPT LOAD <src/store/redis.lua)
+SHA=$(cli -x SCRIPT LOAD <src/store/redis/script.lua)
 [[ $SHA =~ ^[0-9a-f]{40}$ ]] || die "SCRIPT LOAD failed: $SHA"
 # -x sends the file byte for byte, so this is the sha our limiter uses (Script::from_lua).
 if command -v sha1sum >/dev/null 2>&1; then
-    file_sha=$(sha1sum src/store/redis.lua | cut -d" " -f1)
+    file_sha=$(sha1sum src/store/redis/script.lua | cut -d" " -f1)
     [ "$SHA" = "$file_sha" ] || die "loaded sha $SHA is not the file's $file_sha"
 fi
 
@@ -170,7 +169,7 @@ timed_client() {
 }
 
 bench_args=(3 rate_limit:user:__rand_int__ rate_limit:endpoint:/bench rate_limit:global
-    "" "$WINDOW_US" 1 __rand_int____rand_int__ "$HUGE" "$HUGE" "$HUGE")
+    "" "$WINDOW_US" 1 "$HUGE" "$HUGE" "$HUGE")
 redis_benchmark() { # concurrency, requests
     "${client_pin[@]}" redis-benchmark -p "$PORT" -c "$1" -n "$2" -P 1 -r "$USERS" --csv \
         EVALSHA "$SHA" "${bench_args[@]}"
@@ -268,7 +267,7 @@ redis_version=$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')
     echo "# Redis: our limiter vs redis-benchmark on the same script"
     echo
     echo "$(date -u +%Y-%m-%dT%H:%M:%SZ), commit $commit, $(nproc) CPUs ($cpu_model), redis-server $redis_version."
-    echo "\`benches/redis.sh\`: src/store/redis.lua (sha $SHA), 3 tiers, 1 s window, limits never"
+    echo "\`benches/redis.sh\`: src/store/redis/script.lua (sha $SHA), 3 tiers, 1 s window, limits never"
     echo "reached, $USERS users; $WARMUP warm-up then $CHECKS timed checks per run, $REPS runs per"
     echo "cell interleaved, medians; our time source: $TIME_SOURCE. Pinning: $pinning."
     echo

@@ -743,16 +743,16 @@ fn validate_redis(redis: &RedisConfig) -> Result<(), ConfigError> {
     if redis.url.is_empty() {
         return Err(ConfigError::InvalidRedisUrl("must not be empty".to_owned()));
     }
-    let scheme = crate::redis_url::scheme(&redis.url)?;
+    let scheme = crate::redis_url::scheme(&redis.url).map_err(ConfigError::InvalidRedisUrl)?;
     validate_tls_files(redis, scheme.tls)?;
     if scheme.tls && !cfg!(feature = "tls") {
         return Err(ConfigError::TlsFeatureDisabled);
     }
     #[cfg(feature = "redis")]
     {
-        crate::store::redis_client_config(redis)
+        crate::redis_url::fred_config(&redis.url, redis.cluster)
             .map(|_| ())
-            .map_err(|e| ConfigError::InvalidRedisUrl(e.details().to_string()))
+            .map_err(ConfigError::InvalidRedisUrl)
     }
     #[cfg(not(feature = "redis"))]
     {

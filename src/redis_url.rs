@@ -3,10 +3,11 @@
 //! Checked before fred parses the URL, because fred accepts more than works: without a TLS
 //! feature it takes `rediss://` and connects in plaintext, and `unix://` fails only when
 //! connecting ("Invalid or missing host").
+//!
+//! Pure functions of the URL, importing nothing of this crate: the configuration validates
+//! URLs with them, and the Redis store builds its client from [`fred_config`].
 
 use std::borrow::Cow;
-
-use crate::config::ConfigError;
 
 /// What a URL's scheme asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,11 +24,9 @@ const ACCEPTED: &str = "redis://, rediss://, redis-cluster://, rediss-cluster://
     in place of redis (valkey://, valkeys://, ...)";
 
 /// The scheme of `url`, or why it is refused.
-pub(crate) fn scheme(url: &str) -> Result<Scheme, ConfigError> {
+pub(crate) fn scheme(url: &str) -> Result<Scheme, String> {
     let Some((scheme, _)) = url.split_once("://") else {
-        return Err(invalid(format!(
-            "no scheme; must start with one of {ACCEPTED}"
-        )));
+        return Err(format!("no scheme; must start with one of {ACCEPTED}"));
     };
     let scheme = scheme.to_ascii_lowercase();
     let unix = match scheme.as_str() {
@@ -36,22 +35,20 @@ pub(crate) fn scheme(url: &str) -> Result<Scheme, ConfigError> {
         "redis-cluster" | "rediss-cluster" | "valkey-cluster" | "valkeys-cluster" => false,
         "redis-sentinel" | "rediss-sentinel" | "valkey-sentinel" | "valkeys-sentinel" => false,
         "rediss+unix" | "valkeys+unix" => {
-            return Err(invalid(
-                "TLS over a Unix socket is not supported; use redis+unix:// (the socket is \
-                 local) or rediss:// over TCP"
+            return Err(
+                "TLS over a Unix socket is not supported; use redis+unix:// (the \
+                 socket is local) or rediss:// over TCP"
                     .to_owned(),
-            ));
+            );
         }
         other => {
-            return Err(invalid(format!(
+            return Err(format!(
                 "scheme {other}:// is not supported; use one of {ACCEPTED}"
-            )));
+            ));
         }
     };
     if unix && !cfg!(unix) {
-        return Err(invalid(
-            "Unix sockets are not available on this platform".to_owned(),
-        ));
+        return Err("Unix sockets are not available on this platform".to_owned());
     }
     let tls = !unix && (scheme.starts_with("rediss") || scheme.starts_with("valkeys"));
     Ok(Scheme { tls, unix })
@@ -78,6 +75,19 @@ pub(crate) fn for_fred(url: &str) -> Cow<'_, str> {
     Cow::Owned(format!("{plain}://{rest}"))
 }
 
+/// fred's reading of `url` (without TLS: see [`for_fred`]; clustered for `redis-cluster://`
+/// URLs or `cluster`), or fred's reason for refusing it.
+#[cfg(feature = "redis")]
+pub(crate) fn fred_config(url: &str, cluster: bool) -> Result<fred::prelude::Config, String> {
+    let url = for_fred(url);
+    let config = if cluster {
+        fred::prelude::Config::from_url_clustered(&url)
+    } else {
+        fred::prelude::Config::from_url(&url)
+    };
+    config.map_err(|e| e.details().to_owned())
+}
+
 /// `url` pointed at one node (`host:port`) of its cluster, keeping its scheme's TLS and its
 /// credentials: `rediss-cluster://user:pw@a:1?node=b:2` → `rediss://user:pw@b:2`.
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
@@ -91,10 +101,6 @@ pub(crate) fn single_node(url: &str, addr: &str) -> String {
         .unwrap_or_default();
     let scheme = if tls { "rediss" } else { "redis" };
     format!("{scheme}://{credentials}{addr}")
-}
-
-fn invalid(message: String) -> ConfigError {
-    ConfigError::InvalidRedisUrl(message)
 }
 
 #[cfg(test)]

@@ -12,20 +12,14 @@ use std::time::Duration;
 use crate::tier::Tier;
 
 #[cfg(feature = "redis")]
-mod denial_cache;
-#[cfg(feature = "redis")]
 mod fallback;
 mod memory;
 #[cfg(feature = "redis")]
 mod redis;
-#[cfg(feature = "tls")]
-mod redis_tls;
 
 #[cfg(feature = "redis")]
 pub use self::fallback::FallbackStore;
 pub use self::memory::MemoryStore;
-#[cfg(feature = "redis")]
-pub(crate) use self::redis::client_config as redis_client_config;
 #[cfg(feature = "redis")]
 pub use self::redis::RedisStore;
 

@@ -4,8 +4,7 @@
 -- ARGV[1]     now, in microseconds since the epoch; empty: read Redis TIME
 -- ARGV[2]     the window, in microseconds
 -- ARGV[3]     the cost (units this request spends)
--- ARGV[4]     the request's id (not stored: the running total makes every member unique)
--- ARGV[4+i]   the limit of KEYS[i]; negative for a tier in shadow mode (it never denies)
+-- ARGV[3+i]   the limit of KEYS[i]; negative for a tier in shadow mode (it never denies)
 --
 -- Each admitted request is ONE member, whatever its cost: "<total>:<cost>" (hex), where <total>
 -- is the key's running total of costs up to and including it (16 digits, so that members of
@@ -89,7 +88,7 @@ local newest = {}
 local oldest_at = {}
 
 for i, key in ipairs(KEYS) do
-  local limit = tonumber(ARGV[4 + i])
+  local limit = tonumber(ARGV[3 + i])
   local shadow = limit < 0
   if shadow then limit = -limit end
   redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)

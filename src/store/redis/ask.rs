@@ -1,0 +1,177 @@
+//! A workaround for fred 10.x (seen in 10.1.0), which does not follow ASK redirections.
+//!
+//! While a cluster slot migrates, its old owner answers `ASK <slot> <host:port>` for a key that
+//! has already moved. fred sends `ASKING` to that target, but then resends the command itself
+//! to the slot's old owner (`router/commands.rs`, `process_ask`, sets `command.hasher` to the
+//! slot and leaves `command.cluster_node` unset, so `Router::route` picks the owner from its
+//! slot map again), which answers ASK again, until the command's redirection budget runs out
+//! ("Too many redirections"). Worse, each round spends one of the command's write attempts, and
+//! when they run out first, `process_ask` returns an error that ends the client's connection
+//! task. The report for fred is in `docs/upstream/fred-ask.md`.
+//!
+//! So, on a cluster, fred gets more attempts than redirections ([`cluster_command_attempts`]):
+//! the caller gets the redirection error and the client stays alive. On that error
+//! ([`ErrorKind::Routing`](fred::prelude::ErrorKind::Routing)) this module follows the ASK
+//! itself: it finds the master importing the key's slot (its own `CLUSTER NODES` line says
+//! `[slot-<-source]`) and sends `ASKING` and the command there, back to back, on a plain
+//! connection of its own. Remove it once fred follows ASK.
+
+use fred::prelude::{
+    Client, ClientLike, ConnectionConfig, Error as FredError, ErrorKind, SortedSetsInterface,
+};
+use fred::types::{ClusterHash, CustomCommand, Value};
+
+use super::super::StoreError;
+use super::{connection, fred_error, Inner};
+use crate::config::RedisConfig;
+
+/// fred's `max_command_attempts` on a cluster: more than its redirection budget, so that an
+/// unfollowed ASK ends in an error for the caller rather than in the end of the client's
+/// connection task (see the module docs).
+pub(super) fn cluster_command_attempts() -> u32 {
+    ConnectionConfig::default().max_redirections + 2
+}
+
+/// One plain (non-cluster) connection per master, opened at its first ASK.
+///
+/// The lock also keeps each `ASKING` and the command it is for together on the wire.
+#[derive(Default)]
+pub(super) struct AskClients(tokio::sync::Mutex<Vec<(String, Client)>>);
+
+impl AskClients {
+    /// The connections open now (for closing them), unless a redirection is using them.
+    pub(super) fn open_now(&self) -> Vec<Client> {
+        match self.0.try_lock() {
+            Ok(clients) => clients.iter().map(|(_, c)| c.clone()).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+/// A command to send again, after `ASKING`, to the master importing its key's slot.
+#[derive(Clone, Copy, Debug)]
+enum Redirected<'a> {
+    /// The script (`EVALSHA sha 1 key args..`), with its arguments.
+    Script { sha: &'a str, args: &'a [String] },
+    /// A rollback's `ZREM key member`.
+    Zrem { member: &'a str },
+}
+
+impl Inner {
+    /// The script on one key of a cluster, following an ASK.
+    pub(super) async fn eval_one(
+        &self,
+        key: &str,
+        args: Vec<String>,
+    ) -> Result<Vec<Value>, StoreError> {
+        let result: Result<Vec<Value>, FredError> = self
+            .script
+            .evalsha_with_reload(&self.client, vec![key.to_owned()], args.clone())
+            .await;
+        let failed = |e| fred_error("rate limit script failed", e);
+        match result {
+            Err(e) if *e.kind() == ErrorKind::Routing => {
+                let sha = self.script.sha1();
+                let command = Redirected::Script { sha, args: &args };
+                self.asking(key, command)
+                    .await
+                    .unwrap_or_else(|| Err(failed(e)))
+            }
+            other => other.map_err(failed),
+        }
+    }
+
+    /// `ZREM key member` on a cluster, following an ASK.
+    pub(super) async fn zrem_one(&self, key: &str, member: &str) -> Result<(), StoreError> {
+        let result: Result<i64, FredError> = self.client.zrem(key, member).await;
+        let failed = |e| fred_error("rolling back a reservation failed", e);
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) if *e.kind() == ErrorKind::Routing => {
+                match self.asking(key, Redirected::Zrem { member }).await {
+                    Some(reply) => reply.map(|_| ()),
+                    None => Err(failed(e)),
+                }
+            }
+            Err(e) => Err(failed(e)),
+        }
+    }
+
+    /// Runs `command` on `key` at the master importing its slot, after `ASKING`. `None` when no
+    /// master is importing the slot (or none could be asked): the caller keeps its error.
+    async fn asking(
+        &self,
+        key: &str,
+        command: Redirected<'_>,
+    ) -> Option<Result<Vec<Value>, StoreError>> {
+        let slot = fred::util::redis_keyslot(key.as_bytes());
+        let mut clients = self.ask_clients.0.lock().await;
+        for server in self.client.active_connections() {
+            let addr = format!("{}:{}", server.host, server.port);
+            let client = ask_client(&mut clients, &self.config, addr).await?;
+            if !imports(&client, slot).await? {
+                continue;
+            }
+            let asking: Result<(), FredError> =
+                client.custom(custom("ASKING"), Vec::<String>::new()).await;
+            if let Err(e) = asking {
+                return Some(Err(fred_error("ASKING failed", e)));
+            }
+            let reply = send(&client, key, command).await;
+            return Some(reply.map_err(|e| fred_error("redirected command failed", e)));
+        }
+        None
+    }
+}
+
+/// The plain connection to the master at `addr`, opened (and kept) at its first use.
+async fn ask_client(
+    clients: &mut Vec<(String, Client)>,
+    config: &RedisConfig,
+    addr: String,
+) -> Option<Client> {
+    if let Some((_, client)) = clients.iter().find(|(a, _)| *a == addr) {
+        return Some(client.clone());
+    }
+    let config = RedisConfig {
+        url: crate::redis_url::single_node(&config.url, &addr),
+        cluster: false,
+        ..config.clone()
+    };
+    let client = connection::build_client(&config).ok()?;
+    client.init().await.ok()?;
+    clients.push((addr, client.clone()));
+    Some(client)
+}
+
+/// Whether the master behind `client` is importing `slot` (`None`: it could not tell).
+async fn imports(client: &Client, slot: u16) -> Option<bool> {
+    let nodes: String = client.custom(custom("CLUSTER"), vec!["NODES"]).await.ok()?;
+    let importing = format!("[{slot}-<-");
+    let mine = nodes.lines().find(|l| l.contains("myself"))?;
+    Some(mine.contains(&importing))
+}
+
+/// Sends `command` on `key` (right after `ASKING`, on the same connection).
+async fn send(
+    client: &Client,
+    key: &str,
+    command: Redirected<'_>,
+) -> Result<Vec<Value>, FredError> {
+    match command {
+        Redirected::Script { sha, args } => {
+            let mut full: Vec<String> = Vec::with_capacity(args.len() + 3);
+            full.extend([sha.to_owned(), "1".to_owned(), key.to_owned()]);
+            full.extend(args.iter().cloned());
+            client.custom(custom("EVALSHA"), full).await
+        }
+        Redirected::Zrem { member } => client
+            .custom::<i64, _>(custom("ZREM"), vec![key, member])
+            .await
+            .map(|n| vec![Value::Integer(n)]),
+    }
+}
+
+fn custom(command: &'static str) -> CustomCommand {
+    CustomCommand::new_static(command, ClusterHash::Random, false)
+}

@@ -1,0 +1,197 @@
+//! The store's connection: the fred client built from the configuration, the first connection
+//! in the background, its state, and closing every connection when the store is done.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use fred::prelude::{
+    Builder, Client, ClientLike, ConnectionConfig, Error as FredError, PerformanceConfig,
+};
+
+use super::{ask, Inner, RedisStore};
+use crate::config::RedisConfig;
+use crate::connect_error::ConnectError;
+
+/// Where the first connection stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Conn {
+    /// Not started yet, or connecting.
+    Connecting,
+    /// Connected, script loaded.
+    Ready,
+    /// The first connection failed; this store will never answer.
+    Failed,
+}
+
+/// Whether `config`'s URL asks for TLS.
+pub(super) fn uses_tls(config: &RedisConfig) -> bool {
+    crate::redis_url::scheme(&config.url).is_ok_and(|s| s.tls)
+}
+
+/// The fred client for `config`, with TLS set up for a TLS URL (reading its files).
+pub(super) fn build_client(config: &RedisConfig) -> Result<Client, ConnectError> {
+    let invalid = |message| ConnectError::InvalidSettings { message };
+    #[cfg_attr(not(feature = "tls"), allow(unused_mut))]
+    let mut redis = crate::redis_url::fred_config(&config.url, config.cluster).map_err(invalid)?;
+    if uses_tls(config) {
+        #[cfg(feature = "tls")]
+        {
+            redis.tls = Some(super::tls::tls_config(config)?);
+        }
+        #[cfg(not(feature = "tls"))]
+        return Err(ConnectError::InvalidSettings {
+            message: crate::config::ConfigError::TlsFeatureDisabled.to_string(),
+        });
+    }
+    // One attempt: a dead server fails fast instead of being retried. On a cluster, enough
+    // attempts to outlast fred's unfollowed ASK redirections (see `ask`). Every call is still
+    // bounded by the command timeout.
+    let attempts = if redis.server.is_clustered() {
+        ask::cluster_command_attempts()
+    } else {
+        1
+    };
+    let mut builder = Builder::from_config(redis);
+    builder
+        .set_performance_config(PerformanceConfig {
+            default_command_timeout: config.command_timeout,
+            ..PerformanceConfig::default()
+        })
+        .set_connection_config(ConnectionConfig {
+            connection_timeout: config.connect_timeout,
+            internal_command_timeout: config.connect_timeout,
+            max_command_attempts: attempts,
+            ..ConnectionConfig::default()
+        });
+    builder
+        .build()
+        .map_err(|e: FredError| invalid(e.details().to_owned()))
+}
+
+impl RedisStore {
+    /// Starts the background connection, once, if a tokio runtime is at hand.
+    pub(super) fn start(&self) {
+        if self.inner.started.load(Ordering::Acquire) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.inner.started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let _ = self.inner.runtime.set(runtime.clone());
+        let inner = self.inner.clone();
+        runtime.spawn(async move {
+            let state = match inner.connect().await {
+                Ok(()) => Conn::Ready,
+                Err(error) => {
+                    // Logged once, by whoever acts on it (the fallback, or `try_connect`'s caller).
+                    tracing::debug!(%error, "cannot connect to Redis");
+                    let _ = inner.start_error.set(error);
+                    inner.shutdown();
+                    Conn::Failed
+                }
+            };
+            inner.conn.send_replace(state);
+        });
+    }
+
+    /// Waits until the first connection is up (`true`) or has failed (`false`), with no bound:
+    /// callers bound it.
+    pub(crate) async fn connected(&self) -> bool {
+        self.start();
+        let mut rx = self.inner.conn.subscribe();
+        let ready = match rx.wait_for(|c| *c != Conn::Connecting).await {
+            Ok(state) => *state == Conn::Ready,
+            Err(_) => false,
+        };
+        ready
+    }
+
+    /// Waits at most the connect timeout for the first connection; `true` if it is up.
+    pub async fn wait_connected(&self) -> bool {
+        tokio::time::timeout(self.inner.connect_timeout, self.connected())
+            .await
+            .unwrap_or(false)
+    }
+
+    /// Why the first connection failed, once it has.
+    pub(crate) fn start_error(&self) -> Option<ConnectError> {
+        self.inner.start_error.get().cloned()
+    }
+
+    /// Whether the URL asks for TLS.
+    pub(crate) fn uses_tls(&self) -> bool {
+        self.inner.tls
+    }
+
+    /// Closes the connection in the background (after a fallback, say).
+    pub(crate) fn shutdown(&self) {
+        self.inner.shutdown();
+    }
+}
+
+impl Inner {
+    /// The first connection, within the connect timeout: connect, load the script, subscribe
+    /// to invalidations (which may fail on its own: it only turns the denial cache off).
+    async fn connect(&self) -> Result<(), ConnectError> {
+        let connected = tokio::time::timeout(self.connect_timeout, async {
+            self.client.init().await?;
+            self.script.load(&self.client).await?;
+            self.listen_for_invalidations().await;
+            Ok::<(), FredError>(())
+        })
+        .await;
+        match connected {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(ConnectError::from_fred(
+                &error,
+                self.tls,
+                self.connect_timeout,
+            )),
+            Err(_) => Err(ConnectError::Timeout {
+                after: self.connect_timeout,
+            }),
+        }
+    }
+
+    /// Closes the connections (after a fallback, or when the store is dropped), in the
+    /// background, on the runtime the store started on.
+    pub(super) fn shutdown(&self) {
+        self.denials.disable();
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let listener = self
+            .listener
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let runtime = tokio::runtime::Handle::try_current()
+            .ok()
+            .or_else(|| self.runtime.get().cloned());
+        let Some(runtime) = runtime else {
+            return;
+        };
+        let mut clients = vec![self.client.clone()];
+        if let Some((subscriber, task)) = listener {
+            task.abort();
+            clients.push(subscriber);
+        }
+        clients.extend(self.ask_clients.open_now());
+        runtime.spawn(async move {
+            // A client that never connected (or already lost its connection) has nothing to
+            // close, and fred would log a warning of its own for it.
+            for client in clients.into_iter().filter(|c| c.is_connected()) {
+                let _ = tokio::time::timeout(Duration::from_secs(1), client.quit()).await;
+            }
+        });
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

@@ -1,0 +1,86 @@
+//! The invalidation channel: a reset on any instance makes every instance forget its cached
+//! denials of the key (Redis pub/sub on `<prefix>:invalidate`; see `denial_cache`).
+
+use std::time::Duration;
+
+use fred::prelude::PubsubInterface;
+use fred::prelude::{Client, ClientLike, Error as FredError, ErrorKind, EventInterface};
+
+use super::Inner;
+
+/// The invalidation channel of a key prefix: every store on it forgets the keys published.
+fn channel(prefix: &str) -> String {
+    format!("{prefix}:invalidate")
+}
+
+/// Tells every store on `prefix` to forget its cached denials of `key`.
+pub(super) async fn publish(client: &Client, prefix: &str, key: String) -> Result<(), FredError> {
+    let _receivers: i64 = client.publish(channel(prefix), key).await?;
+    Ok(())
+}
+
+impl Inner {
+    /// Subscribes a connection of its own to the invalidation channel, and turns the denial
+    /// cache on once it is subscribed. Any failure, error or lag on that connection turns the
+    /// cache off (and empties it) for good: nothing is then answered that a reset elsewhere
+    /// could have changed.
+    pub(super) async fn listen_for_invalidations(&self) {
+        let subscriber = self.client.clone_new();
+        let mut messages = subscriber.message_rx();
+        let mut errors = subscriber.error_rx();
+        let subscribed = self.subscribe(&subscriber, &mut messages);
+        let subscribed = tokio::time::timeout(self.connect_timeout, subscribed)
+            .await
+            .unwrap_or_else(|_| Err(FredError::new(ErrorKind::Timeout, "no probe came back")));
+        if let Err(error) = subscribed {
+            tracing::warn!(%error, "no Redis invalidation channel: repeated denials ask Redis");
+            let _ = tokio::time::timeout(Duration::from_secs(1), subscriber.quit()).await;
+            return;
+        }
+        let denials = self.denials.clone();
+        denials.enable();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    message = messages.recv() => match message {
+                        Ok(message) => match message.value.as_str() {
+                            Some(key) => denials.forget(&key),
+                            None => denials.disable(),
+                        },
+                        Err(_) => break, // lagged or closed: messages may be lost
+                    },
+                    _ = errors.recv() => break,
+                }
+            }
+            denials.disable();
+        });
+        *self.listener.lock().unwrap_or_else(|e| e.into_inner()) = Some((subscriber, task));
+    }
+
+    /// Subscribes `subscriber`, and waits until a probe published on the channel comes back
+    /// through it.
+    async fn subscribe(
+        &self,
+        subscriber: &Client,
+        messages: &mut tokio::sync::broadcast::Receiver<fred::types::Message>,
+    ) -> Result<(), FredError> {
+        let channel = channel(&self.prefix);
+        subscriber.init().await?;
+        subscriber.subscribe(channel.as_str()).await?;
+        let receivers: i64 = self.client.publish(channel.as_str(), "").await?;
+        if receivers < 1 {
+            return Err(FredError::new(
+                ErrorKind::Unknown,
+                "SUBSCRIBE had no effect",
+            ));
+        }
+        loop {
+            let message = messages.recv().await.map_err(|e| {
+                FredError::new(ErrorKind::Unknown, format!("invalidation channel: {e}"))
+            })?;
+            if message.value.as_str().is_some_and(|v| v.is_empty()) {
+                return Ok(());
+            }
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! The Redis store: one EVALSHA per check, every tier decided atomically inside Redis.
+//!
+//! - `mod.rs`: [`RedisStore`], its [`Store`] implementation and the local denial cache's use;
+//! - `connection.rs`: the fred client, the first connection, its state, shutdown;
+//! - `script.rs` + `script.lua`: the script, its arguments, its reply (one `script::Reply`);
+//! - `cluster.rs`: Redis Cluster, one script per tier with reserve-and-rollback;
+//! - `ask.rs`: the workaround for fred not following ASK redirections;
+//! - `invalidation.rs`: the pub/sub channel on which resets reach every instance;
+//! - `denial_cache.rs`: denials answered locally; `tls.rs`: TLS (feature `tls`).
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use fred::prelude::{Client, ClientLike, Error as FredError, KeysInterface};
+use fred::types::scripts::Script;
+use fred::types::Value;
+use tokio::sync::watch;
+
+use self::ask::AskClients;
+use self::connection::Conn;
+use self::denial_cache::DenialCache;
+use self::script::Reply;
+use super::{Backend, Store, StoreError, StoreOutcome, StoreRequest};
+use crate::clock::saturating_micros;
+use crate::config::{RedisConfig, TimeSource};
+use crate::connect_error::ConnectError;
+use crate::tier::Tier;
+
+mod ask;
+mod cluster;
+mod connection;
+
+mod denial_cache;
+mod invalidation;
+mod script;
+#[cfg(feature = "tls")]
+mod tls;
+
+/// Sliding logs in Redis sorted sets, shared by every app instance on the same Redis.
+///
+/// Each check is one EVALSHA of `src/store/redis/script.lua`, which trims, counts and, only if
+/// every tier has room, records the request in every tier, atomically: two instances can never
+/// both take the last slot. Each admitted request is one member, `<running total>:<cost>`: the
+/// key's running total of costs makes every member unique, so requests in the same microsecond
+/// from many instances never collapse into one entry. Every key gets a PEXPIRE of one window
+/// (plus a millisecond) at each admission, so idle keys expire on their own.
+///
+/// Once Redis has said that a request's first tier (usually the user) has no room at all,
+/// repeats of that request (same key, same cost) are denied locally, with no round trip, until
+/// the tier's oldest entry leaves the window: a flood from one user costs Redis nothing after
+/// its first denial, and the `Retry-After` is the one Redis would give. The cache can only
+/// deny, never admit, holds at most 65,536 keys, and forgets a key on every instance when any
+/// instance resets it (Redis pub/sub; without the subscription there is no cache).
+///
+/// On Redis Cluster the tiers' keys live on different nodes: the script runs once per tier,
+/// and a denial by a later tier removes the entries the earlier tiers recorded.
+///
+/// The store connects in the background as soon as it is made inside a tokio runtime (else at
+/// its first check). Every call is bounded by the command timeout; any error or timeout is
+/// returned as a [`StoreError`], and the [`FallbackStore`](super::FallbackStore) turns that into
+/// the swap to memory.
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client,
+    script: Script,
+    prefix: String,
+    command_timeout: Duration,
+    connect_timeout: Duration,
+    time_source: TimeSource,
+    clustered: bool,
+    conn: watch::Sender<Conn>,
+    started: AtomicBool,
+    /// Denials Redis gave for tiers without room, answered locally (see `denial_cache`).
+    denials: Arc<DenialCache>,
+    /// The runtime the store started on, to close its connections when it is dropped, and
+    /// the task listening for invalidations.
+    runtime: OnceLock<tokio::runtime::Handle>,
+    listener: std::sync::Mutex<Option<(Client, tokio::task::JoinHandle<()>)>>,
+    /// The connections were closed (or are being closed): once is enough.
+    closed: AtomicBool,
+    /// Why the first connection failed (set before `conn` turns `Failed`).
+    start_error: OnceLock<ConnectError>,
+    /// Whether the URL asks for TLS.
+    tls: bool,
+    /// Cluster only: the connections that follow ASK redirections (see `ask`).
+    ask_clients: AskClients,
+    config: RedisConfig,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.inner.prefix)
+            .field("connection", &*self.inner.conn.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// A store on the Redis named by `config`, its keys under `prefix`. Starts connecting if
+    /// called inside a tokio runtime; never blocks.
+    pub fn new(prefix: &str, config: &RedisConfig) -> Self {
+        let start_error = OnceLock::new();
+        let (client, failed, clustered) = match connection::build_client(config) {
+            Ok(client) => {
+                let clustered = client.is_clustered();
+                (client, false, clustered)
+            }
+            Err(error) => {
+                tracing::debug!(%error, "cannot set up the Redis client");
+                let _ = start_error.set(error);
+                (Client::default(), true, false)
+            }
+        };
+        let store = Self {
+            inner: Arc::new(Inner {
+                client,
+                script: Script::from_lua(script::SOURCE),
+                prefix: prefix.to_owned(),
+                command_timeout: config.command_timeout,
+                connect_timeout: config.connect_timeout,
+                time_source: config.time_source,
+                clustered,
+                denials: Arc::new(DenialCache::default()),
+                runtime: OnceLock::new(),
+                listener: std::sync::Mutex::new(None),
+                closed: AtomicBool::new(false),
+                ask_clients: AskClients::default(),
+                config: config.clone(),
+                conn: watch::Sender::new(if failed {
+                    Conn::Failed
+                } else {
+                    Conn::Connecting
+                }),
+                started: AtomicBool::new(failed),
+                start_error,
+                tls: connection::uses_tls(config),
+            }),
+        };
+        store.start();
+        store
+    }
+
+    /// The fred client (to read its metrics, say).
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// The Redis key of one tier's key part (already encoded): `prefix:user:<id>`,
+    /// `prefix:endpoint:<route>`, `prefix:global`.
+    pub fn key(&self, tier: Tier, id: &str) -> String {
+        match tier {
+            Tier::Global => format!("{}:global", self.inner.prefix),
+            _ => format!("{}:{}:{}", self.inner.prefix, tier.as_str(), id),
+        }
+    }
+
+    /// Decides `req`: from the denial cache if it can, else by the script.
+    async fn check_inner(&self, req: &StoreRequest<'_>) -> Result<StoreOutcome, StoreError> {
+        let Some(first) = req.tiers.first() else {
+            return Ok(StoreOutcome::nothing_to_count());
+        };
+        if !self.connected().await {
+            return Err(StoreError::new("Redis is unreachable"));
+        }
+        // Only the request's first tier is cached: its denial is then certain *and* it is the
+        // tier Redis would name (no earlier tier can be full: there is none).
+        let first_key = self.key(first.tier, first.id);
+        let now_us = saturating_micros(req.now);
+        let denials = &self.inner.denials;
+        if let Some(retry_after) = denials.get(&first_key, req.cost, now_us) {
+            return Ok(StoreOutcome::Denied {
+                tier: first.tier,
+                retry_after,
+            });
+        }
+        let reply = self.check_remote(req).await?;
+        if let Reply::Denied(denied) = &reply {
+            if denied.tier == first.tier {
+                let (retry_after, still) = (denied.retry_after, denied.still);
+                denials.remember(first_key, req.cost, now_us, retry_after, still);
+            }
+        }
+        Ok(reply.outcome())
+    }
+
+    /// Asks Redis: one script over every tier, or on a cluster one per tier (see `cluster`).
+    async fn check_remote(&self, req: &StoreRequest<'_>) -> Result<Reply, StoreError> {
+        let inner = &*self.inner;
+        let now = script::now_arg(inner.time_source, req);
+        if inner.clustered && req.tiers.len() > 1 {
+            return self.check_per_tier(req, &now).await;
+        }
+        let keys: Vec<String> = req.tiers.iter().map(|t| self.key(t.tier, t.id)).collect();
+        let args = script::args(req, &now, req.tiers);
+        let reply: Vec<Value> = inner
+            .script
+            .evalsha_with_reload(&inner.client, keys, args)
+            .await
+            .map_err(|e| fred_error("rate limit script failed", e))?;
+        Reply::parse(&reply, req.tiers)
+    }
+}
+
+fn timed_out(timeout: Duration) -> StoreError {
+    StoreError::with_source(
+        format!("Redis did not answer within {timeout:?}"),
+        ConnectError::Timeout { after: timeout },
+    )
+}
+
+fn fred_error(message: &str, error: FredError) -> StoreError {
+    StoreError::with_source(format!("{message}: {error}"), error)
+}
+
+impl Store for RedisStore {
+    fn check(
+        &self,
+        request: &StoreRequest<'_>,
+    ) -> impl Future<Output = Result<StoreOutcome, StoreError>> + Send {
+        let timeout = self.inner.command_timeout;
+        async move {
+            tokio::time::timeout(timeout, self.check_inner(request))
+                .await
+                .unwrap_or_else(|_| Err(timed_out(timeout)))
+        }
+    }
+
+    fn reset(&self, tier: Tier, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let key = self.key(tier, id);
+        let timeout = self.inner.command_timeout;
+        self.inner.denials.forget(&key);
+        let delete = async move {
+            if !self.connected().await {
+                return Err(StoreError::new("Redis is unreachable"));
+            }
+            let client = &self.inner.client;
+            let deleted: Result<i64, _> = client.del(key.as_str()).await;
+            deleted.map_err(|e| fred_error("DEL failed", e))?;
+            // Every instance forgets its cached denials of the key.
+            invalidation::publish(client, &self.inner.prefix, key)
+                .await
+                .map_err(|e| fred_error("PUBLISH failed", e))
+        };
+        async move {
+            tokio::time::timeout(timeout, delete)
+                .await
+                .unwrap_or_else(|_| Err(timed_out(timeout)))
+        }
+    }
+
+    fn backend(&self) -> Backend {
+        Backend::Redis
+    }
+}
