@@ -8,22 +8,24 @@
 
 use std::time::Duration;
 
-use super::super::{StoreError, StoreRequest};
-use super::script::{self, Admitted, Reply};
+use super::super::{StoreError, StoreOutcome, StoreRequest};
+use super::script::{self, Found, Reply};
 use super::RedisStore;
 
 impl RedisStore {
-    /// Decides `req` (more than one tier) tier by tier; `now` is the script's `ARGV[1]`.
+    /// Decides `req` (more than one tier) tier by tier; `now` is the script's `ARGV[1]`. The
+    /// facts of every tier go through the one algorithm, as on a single node.
     pub(super) async fn check_per_tier(
         &self,
         req: &StoreRequest<'_>,
         now: &str,
-    ) -> Result<Reply, StoreError> {
+    ) -> Result<(StoreOutcome, Duration), StoreError> {
         // (key, member) of every tier this request was recorded in so far.
         let mut recorded: Vec<(String, String)> = Vec::with_capacity(req.tiers.len());
-        let mut remaining = u64::MAX;
-        let (mut binding, mut reset) = (req.tiers[0].tier, Duration::ZERO);
-        let mut shadow_denied = None;
+        let mut found: Vec<Found> = Vec::with_capacity(req.tiers.len());
+        // Each node may read its own clock (Redis TIME): every tier's times are moved onto
+        // the first tier's `now`, so the facts speak of one moment.
+        let mut first_now = None;
         for (i, tier) in req.tiers.iter().enumerate() {
             let key = self.key(tier.tier, tier.id);
             let tiers = &req.tiers[i..=i];
@@ -31,38 +33,28 @@ impl RedisStore {
                 .inner
                 .eval_one(&key, script::args(req, now, tiers))
                 .await?;
-            let admitted = match Reply::parse(&reply, tiers)? {
-                Reply::Admitted(admitted) => admitted,
-                denied @ Reply::Denied(_) => {
-                    self.roll_back(&recorded).await?;
-                    return Ok(denied);
-                }
+            let reply = Reply::parse(&reply)?;
+            let base = *first_now.get_or_insert(reply.now);
+            let shift = |t: Option<u64>| t.map(|t| (t + base).saturating_sub(reply.now));
+            let [f] = reply.found[..] else {
+                return Err(StoreError::new("one tier's script answered for several"));
             };
-            if admitted.remaining < remaining {
-                (remaining, binding, reset) = (admitted.remaining, tier.tier, admitted.reset);
+            found.push(Found {
+                oldest: shift(f.oldest),
+                expiry: shift(f.expiry),
+                ..f
+            });
+            if !reply.admitted {
+                self.roll_back(&recorded).await?;
+                return script::conclude(req.tiers, &found, false, base, req);
             }
-            match admitted {
-                // A full shadow tier: nothing recorded there.
-                Admitted {
-                    shadow_denied: Some(s),
-                    ..
-                } => shadow_denied = shadow_denied.or(Some(s)),
-                Admitted {
-                    member: Some(member),
-                    ..
-                } => recorded.push((key, member)),
-                Admitted { member: None, .. } => {
-                    return Err(StoreError::new("the script recorded no member"));
-                }
+            // A full shadow tier records nothing: there is no member to roll back.
+            if let Some(member) = reply.member {
+                recorded.push((key, member));
             }
         }
-        Ok(Reply::Admitted(Admitted {
-            remaining,
-            binding,
-            reset,
-            shadow_denied,
-            member: None,
-        }))
+        let now = first_now.unwrap_or_default();
+        script::conclude(req.tiers, &found, true, now, req)
     }
 
     /// Removes this request's entries (one member per key) again, all at once.

@@ -181,18 +181,22 @@ impl RedisStore {
                 retry_after,
             });
         }
-        let reply = self.check_remote(req).await?;
-        if let Reply::Denied(denied) = &reply {
-            if denied.tier == first.tier {
-                let (retry_after, still) = (denied.retry_after, denied.still);
+        let (outcome, still) = self.check_remote(req).await?;
+        if let StoreOutcome::Denied { tier, retry_after } = outcome {
+            if tier == first.tier {
                 denials.remember(first_key, req.cost, now_us, retry_after, still);
             }
         }
-        Ok(reply.outcome())
+        Ok(outcome)
     }
 
     /// Asks Redis: one script over every tier, or on a cluster one per tier (see `cluster`).
-    async fn check_remote(&self, req: &StoreRequest<'_>) -> Result<Reply, StoreError> {
+    /// The outcome, and for a denial how long the denying tier cannot change (see
+    /// `script::conclude`).
+    async fn check_remote(
+        &self,
+        req: &StoreRequest<'_>,
+    ) -> Result<(StoreOutcome, Duration), StoreError> {
         let inner = &*self.inner;
         let now = script::now_arg(inner.time_source, req);
         if inner.clustered && req.tiers.len() > 1 {
@@ -205,7 +209,8 @@ impl RedisStore {
             .evalsha_with_reload(&inner.client, keys, args)
             .await
             .map_err(|e| fred_error("rate limit script failed", e))?;
-        Reply::parse(&reply, req.tiers)
+        let reply = Reply::parse(&reply)?;
+        script::conclude(req.tiers, &reply.found, reply.admitted, reply.now, req)
     }
 }
 

@@ -15,13 +15,15 @@
 -- two O(log n) reads, whatever the costs; only a denial searches (binary, by rank) for the
 -- entry whose expiry makes room.
 --
--- Returns {1, remaining, s, s_retry_us, b, b_reset_us, member} when admitted: recorded in
--- every tier with room; s is the first shadow tier that was full (0 if none; it does not
--- record the request); b is the tier with the least remaining and b_reset_us the time until
--- its oldest entry leaves the window; member is what was recorded in the first recording tier
--- (for a cluster's rollback). Or {0, i, retry_after_us, still_us} when KEYS[i] is the first
--- enforced tier without room (recorded nowhere); still_us > 0 when the tier has no room at all,
--- so that nothing but its oldest entry leaving (still_us from now) or a reset can change it.
+-- The script does only what must be atomic: trim, count, admit if every enforced tier has
+-- room, record. It returns the facts, and src/algorithm.rs (the one copy of the decision)
+-- derives the answer from them:
+--   {admitted, now, member, count_1, oldest_1, expiry_1, ..., count_k, oldest_k, expiry_k}
+-- admitted is 1 (recorded in every tier with room) or 0 (recorded nowhere: tier k is the first
+-- enforced tier without room, and the facts stop there); now is the time the script used;
+-- member is what was recorded in the first recording tier ('' if none; a cluster's rollback
+-- removes it); per tier: the units live in the window, the oldest entry's score, and the score
+-- of the entry whose leaving makes room for this request (-1: none, or not needed).
 --
 -- Exactness: Lua numbers are doubles, exact for integers below 2^53. Scores are microseconds
 -- (2^53 µs is the year 2255). Limits are at most 2^50 (the config's MAX_LIMIT), so the units
@@ -80,12 +82,13 @@ local function clamp_future(key, now_s)
   end
 end
 
-local remaining = -1
-local shadow_tier, shadow_retry = 0, 0
-local bind = 1
+-- Per tier checked, in order: its count, its oldest entry's score, and (only for a tier that
+-- cannot take the request, when the cost fits its limit at all) the score of the entry whose
+-- leaving makes room; -1 for none. The rest of the decision (remaining, binding tier, waits)
+-- is the Rust algorithm's, from these facts.
+local facts = {}
 local record = {}
 local newest = {}
-local oldest_at = {}
 
 for i, key in ipairs(KEYS) do
   local limit = tonumber(ARGV[3 + i])
@@ -93,7 +96,7 @@ for i, key in ipairs(KEYS) do
   if shadow then limit = -limit end
   redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
   local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  local count, base, last = 0, 0, nil
+  local count, base, last, oldest, expiry = 0, 0, nil, -1, -1
   if first[1] then
     last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     if tonumber(last[2]) > now then
@@ -103,39 +106,34 @@ for i, key in ipairs(KEYS) do
     end
     base = total_of(first[1]) - cost_of(first[1])
     count = total_of(last[1]) - base
-    oldest_at[i] = tonumber(first[2])
+    oldest = tonumber(first[2])
   end
-  if count + cost > limit then
-    local retry = window
-    if cost <= limit then
-      -- The first entry whose running total reaches base + (units that must expire).
-      local target = base + count + cost - limit
-      local lo, hi = 0, redis.call('ZCARD', key) - 1
-      while lo < hi do
-        local mid = math.floor((lo + hi) / 2)
-        if total_of(redis.call('ZRANGE', key, mid, mid)[1]) >= target then
-          hi = mid
-        else
-          lo = mid + 1
-        end
+  local full = count + cost > limit
+  if full and cost <= limit then
+    -- The first entry whose running total reaches base + (units that must expire).
+    local target = base + count + cost - limit
+    local lo, hi = 0, redis.call('ZCARD', key) - 1
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      if total_of(redis.call('ZRANGE', key, mid, mid)[1]) >= target then
+        hi = mid
+      else
+        lo = mid + 1
       end
-      local entry = redis.call('ZRANGE', key, lo, lo, 'WITHSCORES')
-      retry = tonumber(entry[2]) + window + 1 - now
     end
-    if retry < 1 then retry = 1 end
-    if not shadow then
-      local still = 0
-      -- (A cost above the limit is told a window from *now*, every time: never cached.)
-      if count >= limit and cost <= limit then still = oldest_at[i] + window + 1 - now end
-      return {0, i, retry, still}
-    end
-    if shadow_tier == 0 then shadow_tier, shadow_retry = i, retry end
-    if remaining ~= 0 then remaining, bind = 0, i end
-  else
+    expiry = tonumber(redis.call('ZRANGE', key, lo, lo, 'WITHSCORES')[2])
+  end
+  facts[#facts + 1] = count
+  facts[#facts + 1] = oldest
+  facts[#facts + 1] = expiry
+  if full and not shadow then
+    local reply = {0, now, ''}
+    for _, f in ipairs(facts) do reply[#reply + 1] = f end
+    return reply
+  end
+  if not full then
     record[#record + 1] = i
     newest[i] = last
-    local left = limit - count - cost
-    if remaining < 0 or left < remaining then remaining, bind = left, i end
   end
 end
 
@@ -157,11 +155,8 @@ for _, i in ipairs(record) do
   local member = string.format('%016x:%x', total, cost)
   redis.call('ZADD', key, string.format('%.0f', at), member)
   redis.call('PEXPIRE', key, ttl)
-  if not oldest_at[i] then oldest_at[i] = at end
   if recorded == '' then recorded = member end
 end
-local reset = shadow_retry
-if bind ~= shadow_tier then
-  reset = oldest_at[bind] + window + 1 - now
-end
-return {1, remaining, shadow_tier, shadow_retry, bind, reset, recorded}
+local reply = {1, now, recorded}
+for _, f in ipairs(facts) do reply[#reply + 1] = f end
+return reply

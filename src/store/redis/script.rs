@@ -10,9 +10,9 @@ use std::time::Duration;
 use fred::types::Value;
 
 use super::super::{StoreError, StoreOutcome, StoreRequest, TierCheck};
+use crate::algorithm::{self, TierFacts, Verdict};
 use crate::clock::saturating_micros;
 use crate::config::TimeSource;
-use crate::tier::Tier;
 
 /// The script, run with EVALSHA (and reloaded on NOSCRIPT).
 pub(super) const SOURCE: &str = include_str!("script.lua");
@@ -45,102 +45,136 @@ fn limit_arg(tier: &TierCheck<'_>) -> String {
     }
 }
 
-/// What the script answered.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum Reply {
-    /// Recorded in every tier with room.
-    Admitted(Admitted),
-    /// Recorded nowhere.
-    Denied(Denied),
-}
-
-/// An admission, as the script reports it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Admitted {
-    /// The smallest capacity left over the tiers, after this request.
-    pub(super) remaining: u64,
-    /// The tier with that smallest capacity.
-    pub(super) binding: Tier,
-    /// When that tier next gains capacity.
-    pub(super) reset: Duration,
-    /// The first full shadow tier (it did not record the request), and when it would have room.
-    pub(super) shadow_denied: Option<(Tier, Duration)>,
-    /// What was recorded in the first tier that recorded the request (`None`: no tier did):
-    /// a cluster's rollback removes it by this member.
-    pub(super) member: Option<String>,
-}
-
-/// A denial, as the script reports it.
+/// What the script found in one tier's key (after trimming, before recording).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Denied {
-    /// The first enforced tier without room.
-    pub(super) tier: Tier,
-    /// How long until that tier has room for this request.
-    pub(super) retry_after: Duration,
-    /// How long the tier cannot change at all (zero: it has room left, just not enough for
-    /// this request).
-    pub(super) still: Duration,
+pub(super) struct Found {
+    /// The units live in the window.
+    pub(super) count: u64,
+    /// The oldest entry's score (µs).
+    pub(super) oldest: Option<u64>,
+    /// The score of the entry whose leaving makes room for the request (only for a tier that
+    /// could not take it, when the cost fits its limit at all).
+    pub(super) expiry: Option<u64>,
+}
+
+/// What the script answered: the facts, in one place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Reply {
+    /// Recorded in every tier with room (else nowhere: the last tier in `found` denied).
+    pub(super) admitted: bool,
+    /// The time the script used (µs): the app's, or Redis `TIME`.
+    pub(super) now: u64,
+    /// What was recorded in the first tier that recorded the request: a cluster's rollback
+    /// removes it by this member.
+    pub(super) member: Option<String>,
+    /// Per tier checked, in order.
+    pub(super) found: Vec<Found>,
 }
 
 impl Reply {
-    /// Reads the script's reply; `tiers` are the tiers it ran on (its `KEYS`), in order.
-    ///
-    /// Admitted: `{1, remaining, shadow_tier, shadow_retry_us, binding_tier, reset_us, member}`;
-    /// denied: `{0, tier, retry_after_us, still_us}`. Tiers are numbered from 1 (0: none).
-    pub(super) fn parse(reply: &[Value], tiers: &[TierCheck<'_>]) -> Result<Self, StoreError> {
+    /// Reads the script's reply (see `script.lua`):
+    /// `{admitted, now, member, count_1, oldest_1, expiry_1, ...}`, -1 for none.
+    pub(super) fn parse(reply: &[Value]) -> Result<Self, StoreError> {
         let bad = || {
             StoreError::new(format!(
                 "unexpected reply from the rate limit script: {reply:?}"
             ))
         };
-        let tier_at = |index: i64| {
-            let i = usize::try_from(index).ok()?.checked_sub(1)?;
-            tiers.get(i).map(|t| t.tier)
+        let int = |v: &Value| v.as_i64().ok_or_else(bad);
+        let (Some(admitted), Some(now), Some(member)) = (reply.first(), reply.get(1), reply.get(2))
+        else {
+            return Err(bad());
         };
-        let micros = |us: i64| Duration::from_micros(u64::try_from(us.max(1)).unwrap_or(1));
-        let ints: Vec<i64> = reply.iter().map_while(Value::as_i64).collect();
-        match (ints.as_slice(), reply.get(6)) {
-            ([1, remaining, shadow, shadow_retry_us, binding, reset_us], member) => {
-                Ok(Self::Admitted(Admitted {
-                    remaining: u64::try_from(*remaining).map_err(|_| bad())?,
-                    binding: tier_at(*binding).ok_or_else(bad)?,
-                    reset: micros(*reset_us),
-                    shadow_denied: match shadow {
-                        0 => None,
-                        i => Some((tier_at(*i).ok_or_else(bad)?, micros(*shadow_retry_us))),
-                    },
-                    member: member.and_then(|m| m.as_string()).filter(|m| !m.is_empty()),
-                }))
-            }
-            ([0, index, retry_us, still_us], None) => Ok(Self::Denied(Denied {
-                tier: tier_at(*index).ok_or_else(bad)?,
-                retry_after: micros(*retry_us),
-                still: Duration::from_micros(u64::try_from(*still_us).unwrap_or(0)),
-            })),
-            _ => Err(bad()),
+        let facts = &reply[3..];
+        if facts.is_empty() || !facts.len().is_multiple_of(3) {
+            return Err(bad());
         }
+        let time = |v: i64| u64::try_from(v).ok();
+        let found = facts
+            .chunks(3)
+            .map(|f| {
+                Ok(Found {
+                    count: u64::try_from(int(&f[0])?).map_err(|_| bad())?,
+                    oldest: time(int(&f[1])?),
+                    expiry: time(int(&f[2])?),
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(Self {
+            admitted: match int(admitted)? {
+                1 => true,
+                0 => false,
+                _ => return Err(bad()),
+            },
+            now: u64::try_from(int(now)?).map_err(|_| bad())?,
+            member: member.as_string().filter(|m| !m.is_empty()),
+            found,
+        })
     }
+}
 
-    /// The store's answer.
-    pub(super) fn outcome(&self) -> StoreOutcome {
-        match self {
-            Self::Admitted(a) => StoreOutcome::Admitted {
-                remaining: a.remaining,
-                binding: a.binding,
-                reset: a.reset,
-                shadow_denied: a.shadow_denied,
-            },
-            Self::Denied(d) => StoreOutcome::Denied {
-                tier: d.tier,
-                retry_after: d.retry_after,
-            },
+/// The decision on `found` (the facts of `tiers`, in order, all at `now` µs), through the one
+/// algorithm; and, for a denial, how long the denying tier cannot change at all (zero when it
+/// has room left, just not enough for this request, or when the cost can never fit: then
+/// nothing may be cached). `admitted` is what the script did: the algorithm must agree.
+pub(super) fn conclude(
+    tiers: &[TierCheck<'_>],
+    found: &[Found],
+    admitted: bool,
+    now: u64,
+    req: &StoreRequest<'_>,
+) -> Result<(StoreOutcome, Duration), StoreError> {
+    let window = saturating_micros(req.window);
+    let facts: Vec<TierFacts> = tiers
+        .iter()
+        .zip(found)
+        .map(|(t, f)| TierFacts {
+            limit: t.limit,
+            shadow: t.shadow,
+            count: f.count,
+            oldest: f.oldest,
+        })
+        .collect();
+    let verdict = algorithm::decide(&facts, now, window, req.cost, |i, _| found[i].expiry);
+    let disagree = || StoreError::new("the rate limit script and the algorithm disagree");
+    match verdict {
+        Verdict::Denied { index, retry_after } if !admitted && index + 1 == found.len() => {
+            let (t, f) = (&facts[index], &found[index]);
+            let still = match f.oldest {
+                Some(oldest) if t.count >= t.limit && req.cost <= t.limit => {
+                    Duration::from_micros(algorithm::until_gone(oldest, window, now))
+                }
+                _ => Duration::ZERO,
+            };
+            let outcome = StoreOutcome::Denied {
+                tier: tiers[index].tier,
+                retry_after,
+            };
+            Ok((outcome, still))
         }
+        Verdict::Admitted {
+            remaining,
+            binding,
+            reset,
+            shadow_denied,
+            ..
+        } if admitted && found.len() == tiers.len() => Ok((
+            StoreOutcome::Admitted {
+                remaining,
+                binding: tiers[binding].tier,
+                reset,
+                shadow_denied: shadow_denied.map(|(i, wait)| (tiers[i].tier, wait)),
+            },
+            Duration::ZERO,
+        )),
+        _ => Err(disagree()),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tier::Tier;
 
     fn tier(tier: Tier, limit: u64, shadow: bool) -> TierCheck<'static> {
         TierCheck {
@@ -174,56 +208,77 @@ mod tests {
     }
 
     #[test]
-    fn an_admission_names_tiers_from_one() {
+    fn an_admission_is_concluded_by_the_algorithm() {
         let tiers = [tier(Tier::User, 5, true), tier(Tier::Global, 9, false)];
-        let mut reply = ints(&[1, 4, 1, 30, 2, 20]);
-        reply.push(Value::from("0000000000000001:1"));
-        let parsed = Reply::parse(&reply, &tiers).unwrap();
+        let window = Duration::from_secs(60);
+        let req = StoreRequest {
+            now: Duration::ZERO,
+            window,
+            cost: 1,
+            tiers: &tiers,
+        };
+        // User (shadow) full: 5 of 5, oldest at 100, making room at 100; global 4 of 9.
+        let mut reply = ints(&[1, 1_000]);
+        reply.push(Value::from("0000000000000005:1"));
+        reply.extend(ints(&[5, 100, 100, 4, 200, -1]));
+        let parsed = Reply::parse(&reply).unwrap();
+        assert_eq!(parsed.member.as_deref(), Some("0000000000000005:1"));
+        let (outcome, still) =
+            conclude(&tiers, &parsed.found, parsed.admitted, parsed.now, &req).unwrap();
+        let wait = Duration::from_micros(60_000_000 + 1 + 100 - 1_000);
         assert_eq!(
-            parsed,
-            Reply::Admitted(Admitted {
-                remaining: 4,
-                binding: Tier::Global,
-                reset: Duration::from_micros(20),
-                shadow_denied: Some((Tier::User, Duration::from_micros(30))),
-                member: Some("0000000000000001:1".to_owned()),
-            })
-        );
-        let mut nothing_recorded = ints(&[1, 0, 0, 0, 1, 0]);
-        nothing_recorded.push(Value::from(""));
-        match Reply::parse(&nothing_recorded, &tiers).unwrap() {
-            Reply::Admitted(a) => {
-                assert_eq!(a.member, None);
-                assert_eq!(a.reset, Duration::from_micros(1), "at least 1 µs");
+            outcome,
+            StoreOutcome::Admitted {
+                remaining: 0,
+                binding: Tier::User,
+                reset: wait,
+                shadow_denied: Some((Tier::User, wait)),
             }
-            other => panic!("{other:?}"),
-        }
+        );
+        assert_eq!(still, Duration::ZERO);
     }
 
     #[test]
     fn a_denial_carries_how_long_the_tier_stays_full() {
-        let tiers = [tier(Tier::User, 5, false)];
-        let parsed = Reply::parse(&ints(&[0, 1, 50, 40]), &tiers).unwrap();
+        let tiers = [tier(Tier::User, 5, false), tier(Tier::Global, 9, false)];
+        let req = StoreRequest {
+            now: Duration::ZERO,
+            window: Duration::from_micros(1_000),
+            cost: 1,
+            tiers: &tiers,
+        };
+        let mut reply = ints(&[0, 500]);
+        reply.push(Value::from(""));
+        reply.extend(ints(&[5, 40, 60]));
+        let parsed = Reply::parse(&reply).unwrap();
+        let (outcome, still) =
+            conclude(&tiers, &parsed.found, parsed.admitted, parsed.now, &req).unwrap();
         assert_eq!(
-            parsed.outcome(),
+            outcome,
             StoreOutcome::Denied {
                 tier: Tier::User,
-                retry_after: Duration::from_micros(50),
+                retry_after: Duration::from_micros(60 + 1_000 + 1 - 500),
             }
         );
-        assert!(matches!(parsed, Reply::Denied(d) if d.still == Duration::from_micros(40)));
+        assert_eq!(still, Duration::from_micros(40 + 1_000 + 1 - 500));
+        // The script and the algorithm must agree: a denial the facts do not support is an error.
+        let mut wrong = ints(&[0, 500]);
+        wrong.push(Value::from(""));
+        wrong.extend(ints(&[4, 40, -1]));
+        let parsed = Reply::parse(&wrong).unwrap();
+        assert!(conclude(&tiers, &parsed.found, parsed.admitted, parsed.now, &req).is_err());
     }
 
     #[test]
     fn anything_else_is_an_error() {
-        let tiers = [tier(Tier::User, 5, false)];
         for reply in [
             ints(&[]),
-            ints(&[0, 2, 1, 0]),
-            ints(&[1, -1, 0, 0, 1, 1]),
-            ints(&[2]),
+            ints(&[1, 5]),
+            ints(&[1, 5, 0, 1]),
+            ints(&[2, 5, 0, 1, 2, 3]),
+            ints(&[1, -5, 0, 1, 2, 3]),
         ] {
-            assert!(Reply::parse(&reply, &tiers).is_err(), "{reply:?}");
+            assert!(Reply::parse(&reply).is_err(), "{reply:?}");
         }
     }
 }
