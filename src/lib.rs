@@ -8,7 +8,6 @@ mod clock;
 pub mod config;
 mod connect_error;
 mod decision;
-mod duration;
 pub mod key;
 mod layer;
 mod limiter;
@@ -26,7 +25,6 @@ pub use crate::connect_error::ConnectError;
 pub use crate::decision::{
     Decision, HeaderStyle, Tier, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_REMAINING,
 };
-pub use crate::duration::{parse_duration, ParseDurationError};
 pub use crate::layer::{RateLimit, RateLimitLayer, ResponseBody, ResponseFuture};
 pub use crate::limiter::{CheckRequest, RateLimiter, RateLimiterBuilder, UserKey};
 pub use crate::store::Backend;
