@@ -102,8 +102,16 @@ fn parse_args() -> Result<Args, String> {
             "--global-limit" => builder.global_limit(number(&value)?),
             "--redis" => builder.redis_url(value),
             "--trusted-proxy" => {
-                let network: IpNet = value.parse().map_err(|e| format!("--trusted-proxy: {e}"))?;
-                if network.is_everything() {
+                // A network (10.0.0.0/8), or a bare address for the one host.
+                let network: IpNet = value
+                    .parse()
+                    .or_else(|_| value.parse::<std::net::IpAddr>().map(IpNet::from))
+                    .map_err(|_| {
+                        format!("--trusted-proxy: {value:?} is not a network like 10.0.0.0/8")
+                    })?;
+                // 0.0.0.0/0, ::/0, or ::ffff:0:0/96 (every IPv4-mapped address).
+                let everything: IpNet = "::ffff:0:0/96".parse().expect("a network");
+                if network.prefix_len() == 0 || network.trunc() == everything {
                     return Err(format!(
                         "--trusted-proxy: {network} trusts every client to name its own \
                          address; name your proxies' networks"

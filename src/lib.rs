@@ -15,7 +15,6 @@ pub mod observe;
 mod redis_url;
 pub mod store;
 
-pub use crate::client_ip::{IpNet, ParseIpNetError};
 pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use crate::config::{
     ConfigError, Plan, RateLimitConfig, RateLimitConfigBuilder, Recovery, RedisConfig, RouteLimits,
@@ -28,3 +27,8 @@ pub use crate::decision::{
 pub use crate::layer::{RateLimit, RateLimitLayer, ResponseBody, ResponseFuture};
 pub use crate::limiter::{CheckRequest, RateLimiter, RateLimiterBuilder, UserKey};
 pub use crate::store::Backend;
+/// A network of trusted proxies, for
+/// [`RateLimitLayer::trusted_proxies`](crate::RateLimitLayer::trusted_proxies): the
+/// [`ipnet`](https://docs.rs/ipnet) crate's type, re-exported so that no extra dependency is
+/// needed (`"10.0.0.0/8".parse::<IpNet>()`).
+pub use ipnet::IpNet;
