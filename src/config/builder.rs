@@ -9,6 +9,9 @@ use super::{
 use crate::decision::{HeaderStyle, Tier};
 
 /// Builds a [`RateLimitConfig`]; [`build`](Self::build) validates it.
+///
+/// It starts from the defaults of the file form (what an empty file gives), and fills in the
+/// same raw form serde reads, so a setting means the same in code and in a file.
 #[derive(Clone, Debug, Default)]
 #[must_use]
 pub struct RateLimitConfigBuilder {
@@ -16,7 +19,8 @@ pub struct RateLimitConfigBuilder {
 }
 
 impl RateLimitConfigBuilder {
-    /// The sliding window (default 60 s). Must be above zero and at most [`MAX_WINDOW`](super::MAX_WINDOW).
+    /// The sliding window (default 60 s). Must be above zero and at most
+    /// [`MAX_WINDOW`](super::MAX_WINDOW).
     pub fn window(mut self, window: Duration) -> Self {
         self.raw.window = window;
         self
@@ -117,7 +121,7 @@ impl RateLimitConfigBuilder {
         self
     }
 
-    /// Where the Redis store takes `now` from (default: Redis `TIME`; see [`TimeSource`](super::TimeSource)).
+    /// Where the Redis store takes `now` from (default: Redis `TIME`; see [`TimeSource`]).
     pub fn redis_time_source(mut self, source: TimeSource) -> Self {
         self.redis_mut().time_source = source;
         self

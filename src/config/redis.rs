@@ -8,6 +8,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::duration::serde_duration;
+#[cfg(doc)]
+use super::{ConfigError, MAX_COMMAND_TIMEOUT, MAX_CONNECT_TIMEOUT, MIN_REDIS_TIMEOUT};
 
 /// Where the Redis store takes `now` from.
 ///
@@ -44,15 +46,16 @@ pub struct RedisConfig {
     /// feature `tls`), `redis-cluster://host:port?node=host2:port2`, `rediss-cluster://...`,
     /// `redis-sentinel://host:port?sentinelServiceName=NAME`, `rediss-sentinel://...`,
     /// `redis+unix:///path/to/redis.sock` (or `unix://`; Unix only), and the same schemes with
-    /// `valkey` in place of `redis`. Anything else is a [`ConfigError`](super::ConfigError).
+    /// `valkey` in place of `redis`. Required: empty (the default) or anything else is a
+    /// [`ConfigError`].
     pub url: String,
     /// The longest a check may wait on Redis before the limiter falls back to memory (default
-    /// 100 ms; from [`MIN_REDIS_TIMEOUT`](super::MIN_REDIS_TIMEOUT) to [`MAX_COMMAND_TIMEOUT`](super::MAX_COMMAND_TIMEOUT), 1 ms to 60 s).
+    /// 100 ms; from [`MIN_REDIS_TIMEOUT`] to [`MAX_COMMAND_TIMEOUT`], 1 ms to 60 s).
     #[serde(with = "serde_duration")]
     pub command_timeout: Duration,
     /// The longest the first connection may take (see
     /// [`RateLimiter::connect`](crate::RateLimiter::connect); default 1 s; from
-    /// [`MIN_REDIS_TIMEOUT`](super::MIN_REDIS_TIMEOUT) to [`MAX_CONNECT_TIMEOUT`](super::MAX_CONNECT_TIMEOUT), 1 ms to 5 min).
+    /// [`MIN_REDIS_TIMEOUT`] to [`MAX_CONNECT_TIMEOUT`], 1 ms to 5 min).
     #[serde(with = "serde_duration")]
     pub connect_timeout: Duration,
     /// TLS URLs only: a PEM file of the CA certificate(s) to trust instead of the system's
