@@ -21,7 +21,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tiered_ratelimit::{parse_duration, Backend, RateLimitConfig, RateLimiter, TimeSource};
+use tiered_ratelimit::config::parse_duration;
+use tiered_ratelimit::{Backend, RateLimitConfig, RateLimiter, TimeSource};
 
 const USAGE: &str = "\
 usage: bench_redis --redis URL [--concurrency N] [--checks N] [--warmup N] [--users N]

@@ -21,7 +21,8 @@ use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
-use tiered_ratelimit::{parse_duration, IpNet, RateLimitConfig, RateLimitLayer, RateLimiter};
+use tiered_ratelimit::config::parse_duration;
+use tiered_ratelimit::{IpNet, RateLimitConfig, RateLimitLayer, RateLimiter};
 use tokio::io::AsyncWriteExt;
 
 const USAGE: &str = "\
@@ -31,7 +32,8 @@ usage: server [--listen ADDR] [--window DURATION] [--user-limit N] [--endpoint-l
               [--trusted-proxy CIDR]... [--client-ip-header NAME] [--max-tracked-keys N]
 
   --listen ADDR              address to serve on (default 127.0.0.1:3000; port 0 takes a free one)
-  --window DURATION          sliding window, e.g. 60s, 1500ms, 1m (default 60s)
+  --window DURATION          sliding window, e.g. 60s, 1500ms, 1m; a bare number is seconds,
+                             as in a config file (default 60s)
   --user-limit N             requests per user per window, 0 = off (default 50)
   --endpoint-limit N         requests per route per window, 0 = off (default 100)
   --global-limit N           requests in all per window, 0 = off (default 1000)
@@ -100,8 +102,16 @@ fn parse_args() -> Result<Args, String> {
             "--global-limit" => builder.global_limit(number(&value)?),
             "--redis" => builder.redis_url(value),
             "--trusted-proxy" => {
-                let network: IpNet = value.parse().map_err(|e| format!("--trusted-proxy: {e}"))?;
-                if network.is_everything() {
+                // A network (10.0.0.0/8), or a bare address for the one host.
+                let network: IpNet = value
+                    .parse()
+                    .or_else(|_| value.parse::<std::net::IpAddr>().map(IpNet::from))
+                    .map_err(|_| {
+                        format!("--trusted-proxy: {value:?} is not a network like 10.0.0.0/8")
+                    })?;
+                // 0.0.0.0/0, ::/0, or ::ffff:0:0/96 (every IPv4-mapped address).
+                let everything: IpNet = "::ffff:0:0/96".parse().expect("a network");
+                if network.prefix_len() == 0 || network.trunc() == everything {
                     return Err(format!(
                         "--trusted-proxy: {network} trusts every client to name its own \
                          address; name your proxies' networks"

@@ -14,67 +14,38 @@
 //! (`::ffff:a.b.c.d`) are turned back into IPv4 first, so that they are never folded into one
 //! `::ffff:0:0/64` bucket (express-rate-limit's CVE-2026-30827).
 
-use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
-use std::str::FromStr;
 
 use http::request::Parts;
+pub(crate) use ipnet::IpNet;
 
-/// A network: an address and a prefix length, written `10.0.0.0/8` or `fd00::/8` (a bare
-/// address means the single host).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct IpNet {
-    addr: IpAddr,
-    prefix: u8,
-}
-
-/// A network that could not be parsed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "invalid network {0:?}: write an address with an optional prefix, like 10.0.0.0/8 or fd00::/8"
-)]
-pub struct ParseIpNetError(String);
-
-impl IpNet {
-    /// The network of `addr` with `prefix` bits (capped at 32 or 128).
-    pub fn new(addr: IpAddr, prefix: u8) -> Self {
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = prefix.min(max);
-        Self {
-            addr: mask(addr, prefix),
-            prefix,
-        }
-    }
-
-    /// Whether `ip` is in this network.
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = canonical(ip);
-        ip.is_ipv4() == self.addr.is_ipv4() && mask(ip, self.prefix) == self.addr
+/// Whether `ip` is in `net`, IPv4-mapped addresses (`::ffff:a.b.c.d`) taken as the IPv4
+/// address they carry, on either side: `10.0.0.0/8` holds `::ffff:10.1.2.3`, and
+/// `::ffff:10.0.0.0/104` holds `10.1.2.3`. An IPv4 network never holds an IPv6 address, nor
+/// the other way round.
+pub(crate) fn contains(net: &IpNet, ip: IpAddr) -> bool {
+    let ip = canonical(ip);
+    match (canonical_net(net), ip) {
+        (IpNet::V4(net), IpAddr::V4(ip)) => net.contains(&ip),
+        (IpNet::V6(net), IpAddr::V6(ip)) => net.contains(&ip),
+        _ => false,
     }
 }
 
-impl FromStr for IpNet {
-    type Err = ParseIpNetError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = || ParseIpNetError(s.chars().take(64).collect());
-        let (addr, prefix) = match s.split_once('/') {
-            Some((addr, prefix)) => (addr, Some(prefix.parse::<u8>().map_err(|_| err())?)),
-            None => (s, None),
-        };
-        let addr = canonical(addr.trim().parse::<IpAddr>().map_err(|_| err())?);
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = prefix.unwrap_or(max);
-        if prefix > max {
-            return Err(err());
-        }
-        Ok(Self::new(addr, prefix))
-    }
+/// Whether `net` holds every address of its family (`0.0.0.0/0`, `::/0`, and
+/// `::ffff:0:0/96`, every IPv4-mapped address): trusting it trusts every client to name itself.
+pub(crate) fn is_everything(net: &IpNet) -> bool {
+    canonical_net(net).prefix_len() == 0
 }
 
-impl fmt::Display for IpNet {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix)
+/// An IPv6 network inside `::ffff:0:0/96` becomes the IPv4 network it maps; others are kept.
+fn canonical_net(net: &IpNet) -> IpNet {
+    match net {
+        IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.network().to_ipv4_mapped() {
+            Some(v4) => ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).map_or(*net, IpNet::V4),
+            None => *net,
+        },
+        _ => *net,
     }
 }
 
@@ -165,14 +136,6 @@ impl Default for ClientIpRule {
     }
 }
 
-impl IpNet {
-    /// Whether the network holds every address of its family (`0.0.0.0/0`, `::/0`): trusting
-    /// it trusts every client to name itself.
-    pub fn is_everything(&self) -> bool {
-        self.prefix == 0
-    }
-}
-
 impl ClientIpRule {
     /// The client's address (grouped: IPv6 by prefix) for a request whose peer is `peer`.
     pub(crate) fn client(&self, parts: &Parts, peer: IpAddr) -> IpAddr {
@@ -180,7 +143,7 @@ impl ClientIpRule {
         let client = match &self.proxies {
             Proxies::None => peer,
             Proxies::Networks(nets) => {
-                let trusted = |ip: IpAddr| nets.iter().any(|n| n.contains(ip));
+                let trusted = |ip: IpAddr| nets.iter().any(|n| contains(n, ip));
                 if trusted(peer) {
                     let mut chosen = peer;
                     for hop in self.chain(parts).into_iter().rev() {
@@ -289,17 +252,27 @@ mod tests {
     #[test]
     fn networks_parse_and_contain() {
         let net: IpNet = "10.0.0.0/8".parse().unwrap();
-        assert!(net.contains(ip("10.1.2.3")));
-        assert!(!net.contains(ip("11.0.0.1")));
+        assert!(contains(&net, ip("10.1.2.3")));
+        assert!(!contains(&net, ip("11.0.0.1")));
         assert!(
-            net.contains(ip("::ffff:10.9.9.9")),
+            contains(&net, ip("::ffff:10.9.9.9")),
             "mapped addresses are IPv4"
         );
-        let host: IpNet = "192.0.2.7".parse().unwrap();
+        // A mapped network holds the IPv4 addresses it maps, and only those.
+        let mapped: IpNet = "::ffff:10.0.0.0/104".parse().unwrap();
+        assert!(contains(&mapped, ip("10.1.2.3")));
+        assert!(contains(&mapped, ip("::ffff:10.1.2.3")));
+        assert!(!contains(&mapped, ip("11.0.0.1")));
+        // A single host: a bare address converts, a /32 parses.
+        let host = IpNet::from(ip("192.0.2.7"));
         assert_eq!(host.to_string(), "192.0.2.7/32");
+        assert_eq!(host, "192.0.2.7/32".parse().unwrap());
         let v6: IpNet = "fd00::/8".parse().unwrap();
-        assert!(v6.contains(ip("fd12::1")));
-        assert!(!v6.contains(ip("10.0.0.1")));
+        assert!(contains(&v6, ip("fd12::1")));
+        assert!(!contains(&v6, ip("10.0.0.1")));
+        // Families never mix: ::/0 is every IPv6 address, not the IPv4 ones.
+        assert!(!contains(&"::/0".parse().unwrap(), ip("10.0.0.1")));
+        assert!(!contains(&"0.0.0.0/0".parse().unwrap(), ip("fd12::1")));
         for bad in ["", "10.0.0.0/33", "::/129", "nope", "10.0.0.0/x"] {
             assert!(bad.parse::<IpNet>().is_err(), "{bad}");
         }
@@ -370,9 +343,10 @@ mod tests {
 
     #[test]
     fn everything_networks_are_recognised() {
-        assert!("0.0.0.0/0".parse::<IpNet>().unwrap().is_everything());
-        assert!("::/0".parse::<IpNet>().unwrap().is_everything());
-        assert!(!"10.0.0.0/8".parse::<IpNet>().unwrap().is_everything());
+        assert!(is_everything(&"0.0.0.0/0".parse().unwrap()));
+        assert!(is_everything(&"::/0".parse().unwrap()));
+        assert!(is_everything(&"::ffff:0:0/96".parse().unwrap()));
+        assert!(!is_everything(&"10.0.0.0/8".parse().unwrap()));
     }
 
     #[test]

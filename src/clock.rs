@@ -1,7 +1,7 @@
 //! Where the limiter reads `now`: the system clock, or a [`ManualClock`] in tests.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A source of the current time, as a [`Duration`] since the UNIX epoch.
@@ -19,24 +19,71 @@ pub trait Clock: Send + Sync + 'static {
 /// never recorded earlier than the newest one already in a log).
 ///
 /// Reading the system clock costs a `clock_gettime` call (~20 ns), as much as the rest of an
-/// in-memory check. So each thread anchors the system time to the CPU's time-stamp counter
-/// (through `quanta`, which falls back to the OS clock where the counter is unreliable) and
-/// reads the counter, re-anchoring every 50 ms: the time returned never strays from the system
-/// clock by more than the counter's drift over 50 ms (microseconds at most).
+/// in-memory check. So the process reads the CPU's time-stamp counter instead (through
+/// `quanta`, which falls back to the OS's monotonic clock where the counter is unreliable),
+/// anchored to the system time: one anchor for the whole process, re-taken by whichever thread
+/// first finds it 50 ms old. Every thread adds the counter's elapsed time to the same anchor, so
+/// threads never disagree about the time beyond the instant a re-anchoring is published; the
+/// time returned never strays from the system clock by more than the counter's drift over
+/// 50 ms (microseconds at most), and between re-anchorings it is monotonic.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemClock;
 
-/// Re-anchor the counter to the system clock this often (ns).
-const ANCHOR_EVERY_NS: u64 = 50_000_000;
+/// Re-anchor the counter to the system clock this often (µs of the counter).
+const ANCHOR_EVERY_US: u64 = 50_000;
 
-thread_local! {
-    /// (counter reading, system time in µs) at this thread's last anchoring.
-    static ANCHOR: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+/// The one anchor of the process.
+struct Anchor {
+    counter: quanta::Clock,
+    /// The counter's raw reading at first use: counter time is measured from here.
+    start: u64,
+    /// System time (µs since the epoch) minus counter time (µs since `start`), as of the last
+    /// anchoring.
+    offset: AtomicU64,
+    /// Counter time (µs since `start`) at which the anchor is next re-taken.
+    next: AtomicU64,
 }
 
-fn counter() -> &'static quanta::Clock {
-    static COUNTER: std::sync::OnceLock<quanta::Clock> = std::sync::OnceLock::new();
-    COUNTER.get_or_init(quanta::Clock::new)
+impl Anchor {
+    fn get() -> &'static Anchor {
+        static ANCHOR: OnceLock<Anchor> = OnceLock::new();
+        ANCHOR.get_or_init(|| {
+            let counter = quanta::Clock::new();
+            let start = counter.raw();
+            let anchor = Anchor {
+                counter,
+                start,
+                offset: AtomicU64::new(0),
+                next: AtomicU64::new(ANCHOR_EVERY_US),
+            };
+            anchor.offset.store(anchor.offset_now(), Ordering::Relaxed);
+            anchor
+        })
+    }
+
+    /// Counter time: µs since `start`, the same on every thread.
+    #[inline]
+    fn elapsed_us(&self) -> u64 {
+        self.counter.delta_as_nanos(self.start, self.counter.raw()) / 1_000
+    }
+
+    /// System time minus counter time, read now.
+    fn offset_now(&self) -> u64 {
+        system_micros().saturating_sub(self.elapsed_us())
+    }
+
+    /// Re-takes the anchor, unless another thread has already claimed this turn.
+    #[cold]
+    fn reanchor(&self, due: u64, elapsed: u64) {
+        let next = elapsed.saturating_add(ANCHOR_EVERY_US);
+        if self
+            .next
+            .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            self.offset.store(self.offset_now(), Ordering::Relaxed);
+        }
+    }
 }
 
 fn system_micros() -> u64 {
@@ -50,21 +97,14 @@ fn system_micros() -> u64 {
 impl Clock for SystemClock {
     #[inline]
     fn now(&self) -> Duration {
-        let counter = counter();
-        let raw = counter.raw();
-        let micros = ANCHOR.with(|anchor| {
-            let (raw0, micros0) = anchor.get();
-            if raw0 != 0 && raw >= raw0 {
-                let elapsed = counter.delta_as_nanos(raw0, raw);
-                if elapsed < ANCHOR_EVERY_NS {
-                    return micros0 + elapsed / 1_000;
-                }
-            }
-            let micros = system_micros();
-            anchor.set((raw, micros));
-            micros
-        });
-        Duration::from_micros(micros)
+        let anchor = Anchor::get();
+        let elapsed = anchor.elapsed_us();
+        let due = anchor.next.load(Ordering::Relaxed);
+        if elapsed >= due {
+            anchor.reanchor(due, elapsed);
+        }
+        let offset = anchor.offset.load(Ordering::Relaxed);
+        Duration::from_micros(offset.saturating_add(elapsed))
     }
 }
 
@@ -144,5 +184,36 @@ mod tests {
                 "{before} {now} {after}"
             );
         }
+    }
+
+    /// One time for all threads: a time read on one thread and handed to another is never
+    /// ahead of what the other reads next (beyond a re-anchoring's few µs).
+    #[test]
+    fn threads_agree_about_the_time() {
+        let (to_b, from_a) = std::sync::mpsc::channel::<u64>();
+        let (to_a, from_b) = std::sync::mpsc::channel::<u64>();
+        let a = std::thread::spawn(move || {
+            let mut worst = 0u64;
+            for _ in 0..2_000 {
+                to_b.send(saturating_micros(SystemClock.now())).unwrap();
+                let theirs = from_b.recv().unwrap();
+                let mine = saturating_micros(SystemClock.now());
+                worst = worst.max(theirs.saturating_sub(mine));
+            }
+            worst
+        });
+        let b = std::thread::spawn(move || {
+            let mut worst = 0u64;
+            while let Ok(theirs) = from_a.recv() {
+                let mine = saturating_micros(SystemClock.now());
+                worst = worst.max(theirs.saturating_sub(mine));
+                if to_a.send(saturating_micros(SystemClock.now())).is_err() {
+                    break;
+                }
+            }
+            worst
+        });
+        let worst = a.join().unwrap().max(b.join().unwrap());
+        assert!(worst <= 100, "one thread saw {worst} µs ahead of the other");
     }
 }

@@ -9,7 +9,6 @@ mod clock;
 pub mod config;
 mod connect_error;
 mod decision;
-mod duration;
 mod header_style;
 pub mod key;
 mod layer;
@@ -25,7 +24,6 @@ pub mod headers {
     pub use crate::layer::headers::*;
 }
 
-pub use crate::client_ip::{IpNet, ParseIpNetError};
 pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use crate::config::{
     ConfigError, Plan, RateLimitConfig, RateLimitConfigBuilder, Recovery, RedisConfig, RouteLimits,
@@ -33,9 +31,13 @@ pub use crate::config::{
 };
 pub use crate::connect_error::ConnectError;
 pub use crate::decision::Decision;
-pub use crate::duration::{parse_duration, ParseDurationError};
 pub use crate::header_style::HeaderStyle;
 pub use crate::layer::{RateLimit, RateLimitLayer, ResponseBody, ResponseFuture};
 pub use crate::limiter::{CheckRequest, RateLimiter, RateLimiterBuilder, UserKey};
 pub use crate::store::Backend;
 pub use crate::tier::Tier;
+/// A network of trusted proxies, for
+/// [`RateLimitLayer::trusted_proxies`](crate::RateLimitLayer::trusted_proxies): the
+/// [`ipnet`](https://docs.rs/ipnet) crate's type, re-exported so that no extra dependency is
+/// needed (`"10.0.0.0/8".parse::<IpNet>()`).
+pub use ipnet::IpNet;

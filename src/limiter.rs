@@ -379,12 +379,9 @@ impl RateLimiter {
 
     /// Starts a builder, to set the clock or a store.
     pub fn builder(config: RateLimitConfig) -> RateLimiterBuilder {
-        // The system clock calibrates its counter on first use (under a millisecond): do it
-        // now rather than in the first request.
-        let _ = SystemClock.now();
         RateLimiterBuilder {
             config,
-            clock: Arc::new(SystemClock),
+            clock: None,
             store: None,
             listener: None,
             plans: None,
@@ -537,7 +534,8 @@ impl RateLimiter {
 #[must_use]
 pub struct RateLimiterBuilder {
     config: RateLimitConfig,
-    clock: Arc<dyn Clock>,
+    /// `None`: the [`SystemClock`].
+    clock: Option<Arc<dyn Clock>>,
     store: Option<StoreKind>,
     listener: Option<Arc<dyn Fn(Backend) + Send + Sync>>,
     plans: Option<PlanResolver>,
@@ -554,7 +552,7 @@ impl fmt::Debug for RateLimiterBuilder {
 impl RateLimiterBuilder {
     /// The clock to read `now` from (default: [`SystemClock`]).
     pub fn clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Arc::new(clock);
+        self.clock = Some(Arc::new(clock));
         self
     }
 
@@ -615,7 +613,12 @@ impl RateLimiterBuilder {
         RateLimiter {
             inner: Arc::new(Inner {
                 config: self.config,
-                clock: self.clock,
+                clock: self.clock.unwrap_or_else(|| {
+                    // The system clock calibrates its counter on first use (under a
+                    // millisecond): do it now rather than in the first request.
+                    let _ = SystemClock.now();
+                    Arc::new(SystemClock)
+                }),
                 store,
                 plans: self.plans,
             }),

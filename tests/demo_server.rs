@@ -111,6 +111,44 @@ async fn a_burst_gets_exactly_five_200s_then_429s() {
     assert_eq!(post.status(), StatusCode::CREATED);
 }
 
+/// `--window 60` means 60 s, as `window = 60` does in a config file: one rule, and a wrong
+/// duration gets the file's message too.
+#[tokio::test]
+async fn a_bare_window_is_seconds_as_in_a_file() {
+    let demo = Demo::start(&["--window", "60", "--user-limit", "1"]);
+    let client = reqwest::Client::new();
+    let get = || {
+        client
+            .get(demo.url("/api/v1/items"))
+            .header("x-user-id", "bare")
+            .send()
+    };
+    assert_eq!(get().await.unwrap().status(), StatusCode::OK);
+    let denied = get().await.unwrap();
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = denied.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((59..=60).contains(&retry), "a 60 s window, retry {retry}");
+
+    let out = Command::new(server_binary())
+        .args(["--window", "60 parsecs"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let cli = String::from_utf8_lossy(&out.stderr);
+    let file = toml::from_str::<tiered_ratelimit::RateLimitConfig>("window = \"60 parsecs\"")
+        .unwrap_err()
+        .to_string();
+    let rule = tiered_ratelimit::config::parse_duration("60 parsecs")
+        .unwrap_err()
+        .to_string();
+    assert!(cli.contains(&rule), "{cli}");
+    assert!(file.contains(&rule), "{file}");
+}
+
 #[tokio::test]
 async fn bad_flags_are_a_clear_error_not_a_crash() {
     let out = Command::new(server_binary())

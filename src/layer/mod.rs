@@ -196,7 +196,7 @@ impl RateLimitLayer {
     /// built this way (the demo server refuses it).
     pub fn trusted_proxies(mut self, networks: impl IntoIterator<Item = IpNet>) -> Self {
         let networks: Vec<IpNet> = networks.into_iter().collect();
-        if let Some(all) = networks.iter().find(|n| n.is_everything()) {
+        if let Some(all) = networks.iter().find(|n| crate::client_ip::is_everything(n)) {
             tracing::error!(
                 network = %all,
                 "trusted_proxies: {all} trusts every client to name its own address, so any \

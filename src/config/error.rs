@@ -1,0 +1,97 @@
+//! What is wrong with a configuration, naming the field at fault.
+
+use std::time::Duration;
+
+/// What is wrong with a configuration. [`field`](Self::field) names the field.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The window is zero (or under the limiter's 1 µs resolution).
+    #[error("window: must be at least 1µs")]
+    ZeroWindow,
+    /// The window is longer than [`MAX_WINDOW`](super::MAX_WINDOW).
+    #[error("window: {0:?} is longer than the maximum of 100 years (timestamps would overflow)")]
+    WindowTooLarge(Duration),
+    /// A limit is above [`MAX_LIMIT`](super::MAX_LIMIT).
+    #[error("{field}: {value} is above the maximum of 2^50 (1125899906842624)")]
+    LimitTooLarge {
+        /// `user_limit`, `endpoint_limit` or `global_limit`.
+        field: &'static str,
+        /// The value given.
+        value: u64,
+    },
+    /// The key prefix is empty, too long, or holds a character other than printable ASCII
+    /// without spaces and braces.
+    #[error("key_prefix: {0}")]
+    InvalidKeyPrefix(&'static str),
+    /// The cap on tracked keys is zero.
+    #[error("max_tracked_keys: must be greater than zero")]
+    ZeroMaxTrackedKeys,
+    /// The Redis URL is empty or not one fred accepts.
+    #[error("redis.url: {0}")]
+    InvalidRedisUrl(String),
+    /// A Redis timeout is zero.
+    #[error("{0}: must be greater than zero")]
+    ZeroTimeout(&'static str),
+    /// A Redis timeout is outside its range: `redis.command_timeout` 1 ms to 60 s,
+    /// `redis.connect_timeout` 1 ms to 5 minutes.
+    #[error("{field}: {value:?} is outside the accepted range {min:?} to {max:?}")]
+    TimeoutOutOfRange {
+        /// `redis.command_timeout` or `redis.connect_timeout`.
+        field: &'static str,
+        /// The value given.
+        value: Duration,
+        /// The shortest accepted.
+        min: Duration,
+        /// The longest accepted.
+        max: Duration,
+    },
+    /// A TLS URL (`rediss://`, `rediss-cluster://`, `valkeys://`, ...) in a build without the
+    /// `tls` feature. Refused rather than connecting in plaintext.
+    #[error(
+        "redis.url: a TLS URL needs the `tls` feature, which this build lacks \
+         (refusing to connect in plaintext)"
+    )]
+    TlsFeatureDisabled,
+    /// A TLS file is set but the URL does not use TLS (it would be ignored, and the
+    /// connection be plaintext): use `rediss://`.
+    #[error("{0}: set, but redis.url is not a TLS URL (use rediss://, rediss-cluster://, ...)")]
+    TlsFileWithoutTls(&'static str),
+    /// Only one of the client certificate and its key is set.
+    #[error("{0}: missing (mutual TLS needs both redis.tls_cert_file and redis.tls_key_file)")]
+    IncompleteClientCert(&'static str),
+    /// A user is put on a plan that is not defined.
+    #[error("users.{user}: plan {plan:?} is not defined in plans")]
+    UnknownPlan {
+        /// The user id.
+        user: String,
+        /// The plan named.
+        plan: String,
+    },
+    /// The recovery's longest backoff is shorter than its first.
+    #[error("redis.recovery.max_backoff: must be at least redis.recovery.initial_backoff")]
+    BackoffBelowInitial,
+    /// A Redis URL was given but the crate was built without the `redis` feature.
+    #[error("redis.url: this build of tiered-ratelimit has no `redis` feature")]
+    RedisFeatureDisabled,
+}
+
+impl ConfigError {
+    /// The name of the field at fault, as in the serde form (`window`, `user_limit`, `redis.url`, ...).
+    pub fn field(&self) -> &'static str {
+        match self {
+            Self::ZeroWindow | Self::WindowTooLarge(_) => "window",
+            Self::LimitTooLarge { field, .. } => field,
+            Self::InvalidKeyPrefix(_) => "key_prefix",
+            Self::ZeroMaxTrackedKeys => "max_tracked_keys",
+            Self::InvalidRedisUrl(_) | Self::RedisFeatureDisabled => "redis.url",
+            Self::ZeroTimeout(field)
+            | Self::TimeoutOutOfRange { field, .. }
+            | Self::TlsFileWithoutTls(field)
+            | Self::IncompleteClientCert(field) => field,
+            Self::TlsFeatureDisabled => "redis.url",
+            Self::BackoffBelowInitial => "redis.recovery.max_backoff",
+            Self::UnknownPlan { .. } => "users",
+        }
+    }
+}
