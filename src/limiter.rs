@@ -16,7 +16,8 @@ use crate::decision::Decision;
 use crate::key::{encode_id, encode_ip, UNMATCHED_ENDPOINT};
 use crate::observe;
 use crate::store::{
-    Backend, DynStore, MemoryStore, Store, StoreError, StoreOutcome, StoreRequest, TierCheck,
+    Backend, BackendListener, DynStore, MemoryStore, Store, StoreError, StoreOutcome, StoreRequest,
+    TierCheck,
 };
 use crate::tier::Tier;
 
@@ -219,19 +220,40 @@ impl Future for CheckFuture<'_> {
     }
 }
 
-/// The store behind a limiter: memory is called directly (no future, no allocation).
-enum StoreKind {
-    Memory(MemoryStore),
-    #[cfg(feature = "redis")]
-    Redis(crate::store::FallbackStore),
-    Custom(Box<dyn DynStore>),
-}
-
 struct Inner {
     config: RateLimitConfig,
     clock: Arc<dyn Clock>,
-    store: StoreKind,
+    /// Every store the same way, through the one seam: memory answers through
+    /// [`Store::check_now`] (no future, no allocation), the others through a boxed `check`.
+    store: Box<dyn DynStore>,
     plans: Option<PlanResolver>,
+    /// For a store that does not call listeners itself: the listener, and the backend it last
+    /// heard of.
+    watcher: Option<(BackendListener, std::sync::Mutex<Backend>)>,
+}
+
+impl Inner {
+    /// Tells the watcher's listener if the backend changed since it last heard.
+    fn watch_backend(&self) {
+        if let Some((listener, last)) = &self.watcher {
+            let now = self.store.backend();
+            let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+            if *last != now {
+                *last = now;
+                drop(last);
+                listener(now);
+            }
+        }
+    }
+}
+
+/// The metrics label of a backend.
+fn label(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Memory => "memory",
+        Backend::Redis => "redis",
+        Backend::Custom => "custom",
+    }
 }
 
 type ResolveFn = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
@@ -361,20 +383,14 @@ impl RateLimiter {
     /// Why the limiter left Redis for memory, while it is on memory after a fallback (`None`
     /// on Redis, and for memory or custom stores).
     pub fn fallback_cause(&self) -> Option<ConnectError> {
-        match &self.inner.store {
-            #[cfg(feature = "redis")]
-            StoreKind::Redis(store) => store.fallback_cause(),
-            _ => None,
-        }
+        self.inner.store.fallback_cause()
     }
 
     /// Waits (at most the connect timeout) until the Redis connection is up or has failed (and
     /// the limiter has fallen back to memory). Returns at once on memory.
     pub async fn wait_connected(&self) {
-        #[cfg(feature = "redis")]
-        if let StoreKind::Redis(store) = &self.inner.store {
-            store.wait_connected().await;
-        }
+        self.inner.store.wait_ready().await;
+        self.inner.watch_backend();
     }
 
     /// Starts a builder, to set the clock or a store.
@@ -395,12 +411,7 @@ impl RateLimiter {
 
     /// Which store answers now: [`Backend::Redis`] until a Redis failure swaps it for memory.
     pub fn backend(&self) -> Backend {
-        match &self.inner.store {
-            StoreKind::Memory(_) => Backend::Memory,
-            #[cfg(feature = "redis")]
-            StoreKind::Redis(s) => Store::backend(s),
-            StoreKind::Custom(s) => s.backend(),
-        }
+        self.inner.store.backend()
     }
 
     /// Checks one request from `user` to `endpoint` (a route template), and records it if allowed.
@@ -447,19 +458,20 @@ impl RateLimiter {
         }
     }
 
-    /// The decision, made now, when the store answers without waiting (memory); `None` when
-    /// it has to wait (Redis, a custom store): then use [`check_request`](Self::check_request).
+    /// The decision, made now, when the store answers without waiting ([`Store::check_now`]:
+    /// memory) or no tier applies; `None` when it has to wait (Redis, most custom stores):
+    /// then use [`check_request`](Self::check_request).
     #[inline]
     pub(crate) fn check_now(&self, request: CheckRequest<'_>) -> Option<Decision> {
-        let StoreKind::Memory(store) = &self.inner.store else {
-            return None;
-        };
         let config = &self.inner.config;
         let now = self.inner.clock.now();
         let keys = Keys::new(config, request, self.plan_limit(request.user, now));
         let mut tiers = [NO_TIER; 3];
         let decision = match keys.store_request(now, config, &mut tiers) {
-            Some(req) => conclude(store.check_sync(&req), "memory", &req),
+            Some(req) => {
+                let outcome = self.inner.store.check_now(&req)?;
+                conclude(outcome, label(self.inner.store.backend()), &req)
+            }
             None => Decision::unlimited(request.cost),
         };
         observe::record(&decision);
@@ -477,13 +489,10 @@ impl RateLimiter {
             return decision;
         };
         let started = std::time::Instant::now();
-        let (outcome, backend) = match &self.inner.store {
-            StoreKind::Memory(store) => (store.check_sync(&store_request), "memory"),
-            #[cfg(feature = "redis")]
-            StoreKind::Redis(store) => (store.check_or_fallback(&store_request).await, "redis"),
-            StoreKind::Custom(store) => (store.check(&store_request).await, "custom"),
-        };
+        let backend = label(self.inner.store.backend());
+        let outcome = self.inner.store.check(&store_request).await;
         observe::store_duration(backend, started.elapsed().as_secs_f64());
+        self.inner.watch_backend();
         let decision = conclude(outcome, backend, &store_request);
         observe::record(&decision);
         decision
@@ -518,12 +527,8 @@ impl RateLimiter {
     }
 
     async fn reset(&self, tier: Tier, id: &str) {
-        let result = match &self.inner.store {
-            StoreKind::Memory(store) => Store::reset(store, tier, id).await,
-            #[cfg(feature = "redis")]
-            StoreKind::Redis(store) => Store::reset(store, tier, id).await,
-            StoreKind::Custom(store) => store.reset(tier, id).await,
-        };
+        let result = self.inner.store.reset(tier, id).await;
+        self.inner.watch_backend();
         if let Err(error) = result {
             tracing::warn!(%error, %tier, "rate limit reset failed");
         }
@@ -536,8 +541,8 @@ pub struct RateLimiterBuilder {
     config: RateLimitConfig,
     /// `None`: the [`SystemClock`].
     clock: Option<Arc<dyn Clock>>,
-    store: Option<StoreKind>,
-    listener: Option<Arc<dyn Fn(Backend) + Send + Sync>>,
+    store: Option<Box<dyn DynStore>>,
+    listener: Option<BackendListener>,
     plans: Option<PlanResolver>,
 }
 
@@ -558,13 +563,15 @@ impl RateLimiterBuilder {
 
     /// Use this in-memory store (to share one between limiters, or inspect it in tests).
     pub fn memory_store(mut self, store: MemoryStore) -> Self {
-        self.store = Some(StoreKind::Memory(store));
+        self.store = Some(Box::new(store));
         self
     }
 
     /// Call `listener` with the new backend whenever the limiter switches: to memory on a Redis
     /// failure, back to Redis on recovery (see [`RedisConfig::recovery`](crate::RedisConfig)).
-    /// It runs on the task that switched: keep it short.
+    /// It runs on the task that switched: keep it short. With a custom [`Store`] that does not
+    /// call listeners itself ([`Store::set_backend_listener`]), the limiter calls it when it
+    /// sees [`Store::backend`] change, after a check or a reset.
     pub fn on_backend_change(mut self, listener: impl Fn(Backend) + Send + Sync + 'static) -> Self {
         self.listener = Some(Arc::new(listener));
         self
@@ -589,7 +596,7 @@ impl RateLimiterBuilder {
 
     /// Use your own [`Store`].
     pub fn store(mut self, store: impl Store) -> Self {
-        self.store = Some(StoreKind::Custom(Box::new(store)));
+        self.store = Some(Box::new(store));
         self
     }
 
@@ -597,19 +604,20 @@ impl RateLimiterBuilder {
     /// [`RateLimiter::try_connect`].
     pub async fn try_connect(self) -> Result<RateLimiter, ConnectError> {
         let limiter = self.build();
-        #[cfg(feature = "redis")]
-        if let StoreKind::Redis(store) = &limiter.inner.store {
-            store.try_wait_connected().await?;
-        }
+        limiter.inner.store.try_ready().await?;
         Ok(limiter)
     }
 
     /// Builds the limiter.
     pub fn build(self) -> RateLimiter {
-        let store = match self.store {
-            Some(store) => store,
-            None => default_store(&self.config, self.listener),
-        };
+        let store = self.store.unwrap_or_else(|| default_store(&self.config));
+        let watcher = self.listener.and_then(|listener| {
+            if store.set_backend_listener(listener.clone()) {
+                None
+            } else {
+                Some((listener, std::sync::Mutex::new(store.backend())))
+            }
+        });
         RateLimiter {
             inner: Arc::new(Inner {
                 config: self.config,
@@ -621,25 +629,20 @@ impl RateLimiterBuilder {
                 }),
                 store,
                 plans: self.plans,
+                watcher,
             }),
         }
     }
 }
 
-fn default_store(
-    config: &RateLimitConfig,
-    #[cfg_attr(not(feature = "redis"), allow(unused_variables))] listener: Option<
-        Arc<dyn Fn(Backend) + Send + Sync>,
-    >,
-) -> StoreKind {
+fn default_store(config: &RateLimitConfig) -> Box<dyn DynStore> {
     #[cfg(feature = "redis")]
     if let Some(redis) = config.redis() {
-        return StoreKind::Redis(crate::store::FallbackStore::with_listener(
+        return Box::new(crate::store::FallbackStore::new(
             config.key_prefix(),
             redis,
             config.max_tracked_keys(),
-            listener,
         ));
     }
-    StoreKind::Memory(MemoryStore::with_max_keys(config.max_tracked_keys()))
+    Box::new(MemoryStore::with_max_keys(config.max_tracked_keys()))
 }

@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-use super::{Backend, MemoryStore, RedisStore, Store, StoreError, StoreOutcome, StoreRequest};
+use super::{
+    Backend, BackendListener, MemoryStore, RedisStore, Store, StoreError, StoreOutcome,
+    StoreRequest,
+};
 use crate::config::RedisConfig;
 use crate::connect_error::ConnectError;
 use crate::tier::Tier;
-
-/// Called with the new backend on every switch.
-pub type BackendListener = Arc<dyn Fn(Backend) + Send + Sync>;
 
 enum Active {
     Redis(RedisStore),
@@ -45,7 +45,7 @@ struct Shared {
     prefix: String,
     redis: RedisConfig,
     max_keys: usize,
-    listener: Option<BackendListener>,
+    listener: std::sync::OnceLock<BackendListener>,
 }
 
 impl fmt::Debug for FallbackStore {
@@ -79,13 +79,13 @@ impl FallbackStore {
                 prefix: prefix.to_owned(),
                 redis: redis.clone(),
                 max_keys,
-                listener,
+                listener: listener.map(std::sync::OnceLock::from).unwrap_or_default(),
             }),
         }
     }
 
     /// Waits (at most the connect timeout) for the first connection; falls back if it fails.
-    pub async fn wait_connected(&self) {
+    async fn wait_connected(&self) {
         let active = self.active.load_full();
         if let Active::Redis(redis) = &*active {
             if !redis.wait_connected().await {
@@ -99,7 +99,7 @@ impl FallbackStore {
 
     /// Waits (at most the connect timeout) for the first connection; on failure returns why,
     /// closes the client, and does *not* fall back (the store stays unusable).
-    pub(crate) async fn try_wait_connected(&self) -> Result<(), ConnectError> {
+    async fn try_wait_connected(&self) -> Result<(), ConnectError> {
         let active = self.active.load_full();
         match &*active {
             Active::Redis(redis) => {
@@ -115,16 +115,8 @@ impl FallbackStore {
         }
     }
 
-    /// Why the store is on memory now (`None` while on Redis).
-    pub fn fallback_cause(&self) -> Option<ConnectError> {
-        match &**self.active.load() {
-            Active::Redis(_) => None,
-            Active::Memory(_, cause) => Some(cause.clone()),
-        }
-    }
-
     /// Decides with the active store; a Redis failure swaps to memory and answers from there.
-    pub(crate) async fn check_or_fallback(
+    async fn check_or_fallback(
         &self,
         request: &StoreRequest<'_>,
     ) -> Result<StoreOutcome, StoreError> {
@@ -212,7 +204,7 @@ impl FallbackStore {
                     return;
                 }
                 redis.shutdown();
-                backoff = (backoff * 2).min(max);
+                backoff = backoff.saturating_mul(2).min(max);
             }
         });
     }
@@ -220,7 +212,7 @@ impl FallbackStore {
 
 impl Shared {
     fn changed(&self, backend: Backend) {
-        if let Some(listener) = &self.listener {
+        if let Some(listener) = self.listener.get() {
             listener(backend);
         }
     }
@@ -232,6 +224,37 @@ impl Store for FallbackStore {
         request: &StoreRequest<'_>,
     ) -> impl Future<Output = Result<StoreOutcome, StoreError>> + Send {
         self.check_or_fallback(request)
+    }
+
+    /// On memory (after a fallback) a check is decided at once; on Redis it must wait.
+    #[inline]
+    fn check_now(&self, request: &StoreRequest<'_>) -> Option<Result<StoreOutcome, StoreError>> {
+        match &**self.active.load() {
+            Active::Memory(memory, _) => Some(memory.check_sync(request)),
+            Active::Redis(_) => None,
+        }
+    }
+
+    fn wait_ready(&self) -> impl Future<Output = ()> + Send {
+        self.wait_connected()
+    }
+
+    fn try_ready(&self) -> impl Future<Output = Result<(), ConnectError>> + Send {
+        self.try_wait_connected()
+    }
+
+    /// Why the store is on memory now (`None` while on Redis).
+    fn fallback_cause(&self) -> Option<ConnectError> {
+        match &**self.active.load() {
+            Active::Redis(_) => None,
+            Active::Memory(_, cause) => Some(cause.clone()),
+        }
+    }
+
+    fn set_backend_listener(&self, listener: BackendListener) -> bool {
+        // Set once, before the limiter serves (a second listener is ignored).
+        let _ = self.shared.listener.set(listener);
+        true
     }
 
     async fn reset(&self, tier: Tier, id: &str) -> Result<(), StoreError> {

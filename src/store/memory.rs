@@ -494,6 +494,11 @@ impl Store for MemoryStore {
         std::future::ready(self.check_sync(request))
     }
 
+    #[inline]
+    fn check_now(&self, request: &StoreRequest<'_>) -> Option<Result<StoreOutcome, StoreError>> {
+        Some(self.check_sync(request))
+    }
+
     fn reset(&self, tier: Tier, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.reset_sync(tier, id);
         std::future::ready(Ok(()))

@@ -7,8 +7,10 @@
 //! key at a time.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::connect_error::ConnectError;
 use crate::tier::Tier;
 
 #[cfg(feature = "redis")]
@@ -130,11 +132,19 @@ impl StoreError {
     }
 }
 
-/// A place to keep sliding logs.
+/// Called with the new backend on every switch (see [`Store::set_backend_listener`]).
+pub type BackendListener = Arc<dyn Fn(Backend) + Send + Sync>;
+
+/// A place to keep sliding logs: the one seam between the limiter and its storage.
 ///
 /// Implementations must decide a request atomically across its tiers: however many checks run
 /// at once (threads, tasks, processes), no tier may admit more than its limit within any window,
-/// and a denied request must leave no entry in any tier.
+/// and a denied request must leave no entry in any tier. The decision itself is the same for
+/// every store; a store gathers each tier's facts and records where the verdict says.
+///
+/// Only [`check`](Self::check), [`reset`](Self::reset) and [`backend`](Self::backend) are
+/// required; the rest have defaults that suit a store that is always ready and never changes
+/// backend.
 pub trait Store: Send + Sync + 'static {
     /// Decides one request for all its tiers.
     fn check(
@@ -142,42 +152,91 @@ pub trait Store: Send + Sync + 'static {
         request: &StoreRequest<'_>,
     ) -> impl Future<Output = Result<StoreOutcome, StoreError>> + Send;
 
+    /// The synchronous fast path: the answer at once when this store needs no waiting (memory),
+    /// `None` when it must wait (then the limiter awaits [`check`](Self::check)). On `Some`, the
+    /// request is decided and recorded exactly as `check` would. Default: `None`.
+    #[inline]
+    fn check_now(&self, request: &StoreRequest<'_>) -> Option<Result<StoreOutcome, StoreError>> {
+        let _ = request;
+        None
+    }
+
     /// Forgets everything recorded for one key (to unblock a user, say).
     fn reset(&self, tier: Tier, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Which kind of store answers now.
     fn backend(&self) -> Backend;
+
+    /// Waits until the store can answer: its first connection is up, or it has failed and the
+    /// store has fallen back (bounded by the store's own connect timeout). Default: at once.
+    fn wait_ready(&self) -> impl Future<Output = ()> + Send {
+        std::future::ready(())
+    }
+
+    /// The strict start: waits like [`wait_ready`](Self::wait_ready), but returns why the
+    /// store cannot use its backend instead of falling back. Default: ready at once.
+    fn try_ready(&self) -> impl Future<Output = Result<(), ConnectError>> + Send {
+        std::future::ready(Ok(()))
+    }
+
+    /// Why the store left its backend, while it has (a fallback's cause). Default: `None`.
+    fn fallback_cause(&self) -> Option<ConnectError> {
+        None
+    }
+
+    /// Asks the store to call `listener` with the new backend on every switch. Returns `false`
+    /// (the default) when the store does not: the limiter then compares
+    /// [`backend`](Self::backend) before and after each check itself.
+    fn set_backend_listener(&self, listener: BackendListener) -> bool {
+        let _ = listener;
+        false
+    }
 }
 
-/// The object-safe twin of [`Store`], for user-supplied stores held behind a `Box<dyn _>`.
+type Boxed<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The object-safe twin of [`Store`]: the limiter holds every store as a `Box<dyn DynStore>`.
 pub(crate) trait DynStore: Send + Sync + 'static {
     fn check<'a>(
         &'a self,
         request: &'a StoreRequest<'a>,
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<StoreOutcome, StoreError>> + Send + 'a>>;
-    fn reset<'a>(
-        &'a self,
-        tier: Tier,
-        id: &'a str,
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'a>>;
+    ) -> Boxed<'a, Result<StoreOutcome, StoreError>>;
+    fn check_now(&self, request: &StoreRequest<'_>) -> Option<Result<StoreOutcome, StoreError>>;
+    fn reset<'a>(&'a self, tier: Tier, id: &'a str) -> Boxed<'a, Result<(), StoreError>>;
     fn backend(&self) -> Backend;
+    fn wait_ready(&self) -> Boxed<'_, ()>;
+    fn try_ready(&self) -> Boxed<'_, Result<(), ConnectError>>;
+    fn fallback_cause(&self) -> Option<ConnectError>;
+    fn set_backend_listener(&self, listener: BackendListener) -> bool;
 }
 
 impl<S: Store> DynStore for S {
     fn check<'a>(
         &'a self,
         request: &'a StoreRequest<'a>,
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<StoreOutcome, StoreError>> + Send + 'a>> {
+    ) -> Boxed<'a, Result<StoreOutcome, StoreError>> {
         Box::pin(Store::check(self, request))
     }
-    fn reset<'a>(
-        &'a self,
-        tier: Tier,
-        id: &'a str,
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'a>> {
+    #[inline]
+    fn check_now(&self, request: &StoreRequest<'_>) -> Option<Result<StoreOutcome, StoreError>> {
+        Store::check_now(self, request)
+    }
+    fn reset<'a>(&'a self, tier: Tier, id: &'a str) -> Boxed<'a, Result<(), StoreError>> {
         Box::pin(Store::reset(self, tier, id))
     }
     fn backend(&self) -> Backend {
         Store::backend(self)
+    }
+    fn wait_ready(&self) -> Boxed<'_, ()> {
+        Box::pin(Store::wait_ready(self))
+    }
+    fn try_ready(&self) -> Boxed<'_, Result<(), ConnectError>> {
+        Box::pin(Store::try_ready(self))
+    }
+    fn fallback_cause(&self) -> Option<ConnectError> {
+        Store::fallback_cause(self)
+    }
+    fn set_backend_listener(&self, listener: BackendListener) -> bool {
+        Store::set_backend_listener(self, listener)
     }
 }
