@@ -14,7 +14,9 @@ pub mod key;
 mod layer;
 mod limiter;
 pub mod observe;
+mod plan;
 mod redis_url;
+mod request;
 pub mod store;
 mod tier;
 
@@ -33,7 +35,8 @@ pub use crate::connect_error::ConnectError;
 pub use crate::decision::Decision;
 pub use crate::header_style::HeaderStyle;
 pub use crate::layer::{RateLimit, RateLimitLayer, ResponseBody, ResponseFuture};
-pub use crate::limiter::{CheckRequest, RateLimiter, RateLimiterBuilder, UserKey};
+pub use crate::limiter::{RateLimiter, RateLimiterBuilder};
+pub use crate::request::{CheckRequest, UserKey};
 pub use crate::store::Backend;
 pub use crate::tier::Tier;
 /// A network of trusted proxies, for

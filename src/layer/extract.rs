@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use http::request::Parts;
 
 use super::RateLimitLayer;
-use crate::limiter::UserKey;
+use crate::request::UserKey;
 
 /// What the layer needs of a request, taken before the request moves into the future.
 pub(crate) enum Endpoint {

@@ -11,7 +11,8 @@ use super::future::ResponseFuture;
 use super::rejection::{reject, with_headers};
 use super::RateLimitLayer;
 use crate::decision::Decision;
-use crate::limiter::{CheckRequest, RateLimiter};
+use crate::limiter::RateLimiter;
+use crate::request::CheckRequest;
 
 /// The service made by [`RateLimitLayer`].
 #[derive(Clone, Debug)]

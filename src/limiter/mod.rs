@@ -1,171 +1,27 @@
 //! [`RateLimiter`]: the three tiers in order, one store call per check.
 
-use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
-use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::config::RateLimitConfig;
 use crate::connect_error::ConnectError;
 use crate::decision::Decision;
-use crate::key::{encode_id, encode_ip, UNMATCHED_ENDPOINT};
+use crate::key::encode_id;
 use crate::observe;
-use crate::store::{
-    Backend, BackendListener, DynStore, MemoryStore, Store, StoreError, StoreOutcome, StoreRequest,
-    TierCheck,
-};
+use crate::plan::PlanResolver;
+use crate::request::{CheckRequest, UserKey};
+use crate::request::{Keys, NO_TIER};
+use crate::store::{Backend, BackendListener, DynStore, StoreError, StoreOutcome, StoreRequest};
 use crate::tier::Tier;
 
-/// Who is asking, for the user tier.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UserKey<'a> {
-    /// A user id (from a token, a header, ...). Encoded into the key (see [`crate::key`]).
-    Id(&'a str),
-    /// No user id: the client's address stands in, in a key no user id can produce.
-    Ip(IpAddr),
-    /// Neither: the user tier is skipped for this request.
-    Anonymous,
-}
+mod builder;
 
-/// One request to check: who, which endpoint, and how many units it spends.
-///
-/// ```
-/// use tiered_ratelimit::{CheckRequest, UserKey};
-///
-/// let request = CheckRequest::new(UserKey::Id("alice"), Some("/api/v1/items/{id}"));
-/// let anonymous_404 = CheckRequest::new(UserKey::Anonymous, None);
-/// # let _ = (request, anonymous_404);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CheckRequest<'a> {
-    user: UserKey<'a>,
-    endpoint: Option<&'a str>,
-    cost: u64,
-}
-
-impl<'a> CheckRequest<'a> {
-    /// A request from `user` to `endpoint`: a route template, or `None` when no route matched
-    /// (all such requests share one fixed endpoint key). It costs one unit.
-    #[inline]
-    pub fn new(user: UserKey<'a>, endpoint: Option<&'a str>) -> Self {
-        Self {
-            user,
-            endpoint,
-            cost: 1,
-        }
-    }
-
-    /// The units this request spends in every tier (at least 1: 0 counts as 1). A request is
-    /// one entry whatever its cost, in memory and in Redis.
-    #[inline]
-    pub fn with_cost(mut self, cost: u64) -> Self {
-        self.cost = cost.max(1);
-        self
-    }
-}
-
-/// The encoded key parts of one request, before they are borrowed into [`TierCheck`]s.
-struct Keys<'a> {
-    user: Option<(Cow<'a, str>, u64)>,
-    endpoint: Option<(Cow<'a, str>, u64)>,
-    cost: u64,
-}
-
-const NO_TIER: TierCheck<'static> = TierCheck {
-    tier: Tier::Global,
-    id: "",
-    limit: 0,
-    shadow: false,
-};
-
-impl<'a> Keys<'a> {
-    /// The key parts and limits of a request: the route's overrides first, then the user's
-    /// plan (`plan`: its user limit), then the defaults.
-    #[inline]
-    fn new(config: &RateLimitConfig, request: CheckRequest<'a>, plan: Option<u64>) -> Self {
-        let route = request.endpoint.and_then(|r| config.route(r));
-        let route_user_limit = route.and_then(|r| r.user_limit);
-        let user_limit = route_user_limit
-            .or(plan)
-            .unwrap_or_else(|| config.user_limit());
-        let user = match request.user {
-            _ if user_limit == 0 => None,
-            UserKey::Id(id) => Some(encode_id(id)),
-            UserKey::Ip(ip) => Some(Cow::Owned(encode_ip(ip))),
-            UserKey::Anonymous => None,
-        };
-        // A route with a user limit of its own counts users in buckets of its own:
-        // `<user>@<route>`. Encoded parts never hold `@` (addresses start with it), so the
-        // last `@` splits the key unambiguously.
-        let user = match (user, route_user_limit, request.endpoint) {
-            (Some(u), Some(_), Some(r)) => Some(Cow::Owned(format!("{u}@{}", encode_id(r)))),
-            (user, ..) => user,
-        };
-        let endpoint_limit = route
-            .and_then(|r| r.endpoint_limit)
-            .unwrap_or_else(|| config.endpoint_limit());
-        let endpoint = match request.endpoint {
-            _ if endpoint_limit == 0 => None,
-            Some(route) => Some(encode_id(route)),
-            None => Some(Cow::Borrowed(UNMATCHED_ENDPOINT)),
-        };
-        Self {
-            user: user.map(|u| (u, user_limit)),
-            endpoint: endpoint.map(|e| (e, endpoint_limit)),
-            cost: request.cost,
-        }
-    }
-
-    /// Fills `tiers` with the enabled tiers, most specific first; `None` when none applies.
-    fn fill<'s>(
-        &'s self,
-        config: &RateLimitConfig,
-        tiers: &mut [TierCheck<'s>; 3],
-    ) -> Option<usize> {
-        let mut n = 0;
-        let mut push = |tier, id, limit| {
-            tiers[n] = TierCheck {
-                tier,
-                id,
-                limit,
-                shadow: config.is_shadow(tier),
-            };
-            n += 1;
-        };
-        if let Some((id, limit)) = &self.user {
-            push(Tier::User, id, *limit);
-        }
-        if let Some((id, limit)) = &self.endpoint {
-            push(Tier::Endpoint, id, *limit);
-        }
-        if config.global_limit() > 0 {
-            push(Tier::Global, "", config.global_limit());
-        }
-        (n > 0).then_some(n)
-    }
-
-    /// The store request for these keys, its tiers in `tiers`; `None` when no tier applies.
-    #[inline]
-    fn store_request<'s>(
-        &'s self,
-        now: Duration,
-        config: &RateLimitConfig,
-        tiers: &'s mut [TierCheck<'s>; 3],
-    ) -> Option<StoreRequest<'s>> {
-        let n = self.fill(config, tiers)?;
-        Some(StoreRequest {
-            now,
-            window: config.window(),
-            cost: self.cost,
-            tiers: &tiers[..n],
-        })
-    }
-}
+pub use self::builder::RateLimiterBuilder;
 
 /// The decision for a store's answer to `req`, with the tiers that applied and its cost.
 #[inline]
@@ -253,40 +109,6 @@ fn label(backend: Backend) -> &'static str {
         Backend::Memory => "memory",
         Backend::Redis => "redis",
         Backend::Custom => "custom",
-    }
-}
-
-type ResolveFn = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
-
-/// Resolves user ids to plans through the user's closure, caching each answer for a while.
-struct PlanResolver {
-    resolve: ResolveFn,
-    /// user id → (the plan's user limit, or none; until when, in µs of the limiter's clock).
-    cache: dashmap::DashMap<Box<str>, (Option<u64>, u64), ahash::RandomState>,
-    ttl: Duration,
-}
-
-/// At most this many user ids are cached; a full cache is emptied.
-const PLAN_CACHE_MAX: usize = 100_000;
-
-impl PlanResolver {
-    fn limit(&self, id: &str, config: &RateLimitConfig, now: Duration) -> Option<u64> {
-        let now_us = crate::clock::saturating_micros(now);
-        if let Some(hit) = self.cache.get(id) {
-            let (limit, until) = *hit;
-            if now_us < until {
-                return limit;
-            }
-        }
-        let limit = (self.resolve)(id)
-            .and_then(|plan| config.plan(&plan))
-            .map(|plan| plan.user_limit);
-        if self.cache.len() >= PLAN_CACHE_MAX {
-            self.cache.clear();
-        }
-        let until = now_us.saturating_add(crate::clock::saturating_micros(self.ttl));
-        self.cache.insert(Box::from(id), (limit, until));
-        limit
     }
 }
 
@@ -395,13 +217,7 @@ impl RateLimiter {
 
     /// Starts a builder, to set the clock or a store.
     pub fn builder(config: RateLimitConfig) -> RateLimiterBuilder {
-        RateLimiterBuilder {
-            config,
-            clock: None,
-            store: None,
-            listener: None,
-            plans: None,
-        }
+        RateLimiterBuilder::new(config)
     }
 
     /// The configuration.
@@ -533,116 +349,4 @@ impl RateLimiter {
             tracing::warn!(%error, %tier, "rate limit reset failed");
         }
     }
-}
-
-/// Builds a [`RateLimiter`] with a chosen clock or store.
-#[must_use]
-pub struct RateLimiterBuilder {
-    config: RateLimitConfig,
-    /// `None`: the [`SystemClock`].
-    clock: Option<Arc<dyn Clock>>,
-    store: Option<Box<dyn DynStore>>,
-    listener: Option<BackendListener>,
-    plans: Option<PlanResolver>,
-}
-
-impl fmt::Debug for RateLimiterBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimiterBuilder")
-            .field("config", &self.config)
-            .finish_non_exhaustive()
-    }
-}
-
-impl RateLimiterBuilder {
-    /// The clock to read `now` from (default: [`SystemClock`]).
-    pub fn clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Some(Arc::new(clock));
-        self
-    }
-
-    /// Use this in-memory store (to share one between limiters, or inspect it in tests).
-    pub fn memory_store(mut self, store: MemoryStore) -> Self {
-        self.store = Some(Box::new(store));
-        self
-    }
-
-    /// Call `listener` with the new backend whenever the limiter switches: to memory on a Redis
-    /// failure, back to Redis on recovery (see [`RedisConfig::recovery`](crate::RedisConfig)).
-    /// It runs on the task that switched: keep it short. With a custom [`Store`] that does not
-    /// call listeners itself ([`Store::set_backend_listener`]), the limiter calls it when it
-    /// sees [`Store::backend`] change, after a check or a reset.
-    pub fn on_backend_change(mut self, listener: impl Fn(Backend) + Send + Sync + 'static) -> Self {
-        self.listener = Some(Arc::new(listener));
-        self
-    }
-
-    /// Resolve user ids to plan names (defined in the config's `plans`) with `resolve` — a
-    /// lookup in your own user table, say. Each answer is cached for `ttl` (at most 100,000
-    /// users at once). The config's `users` map, if it names the user, comes first; an
-    /// unknown plan, or `None`, means the default user limit.
-    pub fn plan_resolver(
-        mut self,
-        ttl: Duration,
-        resolve: impl Fn(&str) -> Option<String> + Send + Sync + 'static,
-    ) -> Self {
-        self.plans = Some(PlanResolver {
-            resolve: Arc::new(resolve),
-            cache: dashmap::DashMap::default(),
-            ttl,
-        });
-        self
-    }
-
-    /// Use your own [`Store`].
-    pub fn store(mut self, store: impl Store) -> Self {
-        self.store = Some(Box::new(store));
-        self
-    }
-
-    /// Builds the limiter and starts it strictly: see
-    /// [`RateLimiter::try_connect`].
-    pub async fn try_connect(self) -> Result<RateLimiter, ConnectError> {
-        let limiter = self.build();
-        limiter.inner.store.try_ready().await?;
-        Ok(limiter)
-    }
-
-    /// Builds the limiter.
-    pub fn build(self) -> RateLimiter {
-        let store = self.store.unwrap_or_else(|| default_store(&self.config));
-        let watcher = self.listener.and_then(|listener| {
-            if store.set_backend_listener(listener.clone()) {
-                None
-            } else {
-                Some((listener, std::sync::Mutex::new(store.backend())))
-            }
-        });
-        RateLimiter {
-            inner: Arc::new(Inner {
-                config: self.config,
-                clock: self.clock.unwrap_or_else(|| {
-                    // The system clock calibrates its counter on first use (under a
-                    // millisecond): do it now rather than in the first request.
-                    let _ = SystemClock.now();
-                    Arc::new(SystemClock)
-                }),
-                store,
-                plans: self.plans,
-                watcher,
-            }),
-        }
-    }
-}
-
-fn default_store(config: &RateLimitConfig) -> Box<dyn DynStore> {
-    #[cfg(feature = "redis")]
-    if let Some(redis) = config.redis() {
-        return Box::new(crate::store::FallbackStore::new(
-            config.key_prefix(),
-            redis,
-            config.max_tracked_keys(),
-        ));
-    }
-    Box::new(MemoryStore::with_max_keys(config.max_tracked_keys()))
 }

@@ -1,0 +1,134 @@
+//! [`RateLimiterBuilder`]: a limiter with a chosen clock, store, listener or plan resolver.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Inner, RateLimiter};
+use crate::clock::{Clock, SystemClock};
+use crate::config::RateLimitConfig;
+use crate::connect_error::ConnectError;
+use crate::plan::PlanResolver;
+use crate::store::{Backend, BackendListener, DynStore, MemoryStore, Store};
+
+/// Builds a [`RateLimiter`] with a chosen clock or store.
+#[must_use]
+pub struct RateLimiterBuilder {
+    config: RateLimitConfig,
+    /// `None`: the [`SystemClock`].
+    clock: Option<Arc<dyn Clock>>,
+    store: Option<Box<dyn DynStore>>,
+    listener: Option<BackendListener>,
+    plans: Option<PlanResolver>,
+}
+
+impl fmt::Debug for RateLimiterBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimiterBuilder")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RateLimiterBuilder {
+    pub(super) fn new(config: RateLimitConfig) -> Self {
+        Self {
+            config,
+            clock: None,
+            store: None,
+            listener: None,
+            plans: None,
+        }
+    }
+
+    /// The clock to read `now` from (default: [`SystemClock`]).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Use this in-memory store (to share one between limiters, or inspect it in tests).
+    pub fn memory_store(mut self, store: MemoryStore) -> Self {
+        self.store = Some(Box::new(store));
+        self
+    }
+
+    /// Call `listener` with the new backend whenever the limiter switches: to memory on a Redis
+    /// failure, back to Redis on recovery (see [`RedisConfig::recovery`](crate::RedisConfig)).
+    /// It runs on the task that switched: keep it short. With a custom [`Store`] that does not
+    /// call listeners itself ([`Store::set_backend_listener`]), the limiter calls it when it
+    /// sees [`Store::backend`] change, after a check or a reset.
+    pub fn on_backend_change(mut self, listener: impl Fn(Backend) + Send + Sync + 'static) -> Self {
+        self.listener = Some(Arc::new(listener));
+        self
+    }
+
+    /// Resolve user ids to plan names (defined in the config's `plans`) with `resolve` — a
+    /// lookup in your own user table, say. Each answer is cached for `ttl` (at most 100,000
+    /// users at once). The config's `users` map, if it names the user, comes first; an
+    /// unknown plan, or `None`, means the default user limit.
+    pub fn plan_resolver(
+        mut self,
+        ttl: Duration,
+        resolve: impl Fn(&str) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.plans = Some(PlanResolver {
+            resolve: Arc::new(resolve),
+            cache: dashmap::DashMap::default(),
+            ttl,
+        });
+        self
+    }
+
+    /// Use your own [`Store`].
+    pub fn store(mut self, store: impl Store) -> Self {
+        self.store = Some(Box::new(store));
+        self
+    }
+
+    /// Builds the limiter and starts it strictly: see
+    /// [`RateLimiter::try_connect`].
+    pub async fn try_connect(self) -> Result<RateLimiter, ConnectError> {
+        let limiter = self.build();
+        limiter.inner.store.try_ready().await?;
+        Ok(limiter)
+    }
+
+    /// Builds the limiter.
+    pub fn build(self) -> RateLimiter {
+        let store = self.store.unwrap_or_else(|| default_store(&self.config));
+        let watcher = self.listener.and_then(|listener| {
+            if store.set_backend_listener(listener.clone()) {
+                None
+            } else {
+                Some((listener, std::sync::Mutex::new(store.backend())))
+            }
+        });
+        RateLimiter {
+            inner: Arc::new(Inner {
+                config: self.config,
+                clock: self.clock.unwrap_or_else(|| {
+                    // The system clock calibrates its counter on first use (under a
+                    // millisecond): do it now rather than in the first request.
+                    let _ = SystemClock.now();
+                    Arc::new(SystemClock)
+                }),
+                store,
+                plans: self.plans,
+                watcher,
+            }),
+        }
+    }
+}
+
+fn default_store(config: &RateLimitConfig) -> Box<dyn DynStore> {
+    #[cfg(feature = "redis")]
+    if let Some(redis) = config.redis() {
+        return Box::new(crate::store::FallbackStore::new(
+            config.key_prefix(),
+            redis,
+            config.max_tracked_keys(),
+        ));
+    }
+    Box::new(MemoryStore::with_max_keys(config.max_tracked_keys()))
+}

@@ -1,0 +1,162 @@
+//! What one check is about: [`CheckRequest`] (who, which endpoint, what cost) and [`UserKey`];
+//! and how it becomes a store's [`StoreRequest`]: ids encoded, limits chosen (route overrides,
+//! then the user's plan, then the defaults), switched-off tiers left out.
+
+use std::borrow::Cow;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use crate::config::RateLimitConfig;
+use crate::key::{encode_id, encode_ip, UNMATCHED_ENDPOINT};
+use crate::store::{StoreRequest, TierCheck};
+use crate::tier::Tier;
+
+/// Who is asking, for the user tier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UserKey<'a> {
+    /// A user id (from a token, a header, ...). Encoded into the key (see [`crate::key`]).
+    Id(&'a str),
+    /// No user id: the client's address stands in, in a key no user id can produce.
+    Ip(IpAddr),
+    /// Neither: the user tier is skipped for this request.
+    Anonymous,
+}
+
+/// One request to check: who, which endpoint, and how many units it spends.
+///
+/// ```
+/// use tiered_ratelimit::{CheckRequest, UserKey};
+///
+/// let request = CheckRequest::new(UserKey::Id("alice"), Some("/api/v1/items/{id}"));
+/// let anonymous_404 = CheckRequest::new(UserKey::Anonymous, None);
+/// # let _ = (request, anonymous_404);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckRequest<'a> {
+    pub(crate) user: UserKey<'a>,
+    pub(crate) endpoint: Option<&'a str>,
+    pub(crate) cost: u64,
+}
+
+impl<'a> CheckRequest<'a> {
+    /// A request from `user` to `endpoint`: a route template, or `None` when no route matched
+    /// (all such requests share one fixed endpoint key). It costs one unit.
+    #[inline]
+    pub fn new(user: UserKey<'a>, endpoint: Option<&'a str>) -> Self {
+        Self {
+            user,
+            endpoint,
+            cost: 1,
+        }
+    }
+
+    /// The units this request spends in every tier (at least 1: 0 counts as 1). A request is
+    /// one entry whatever its cost, in memory and in Redis.
+    #[inline]
+    pub fn with_cost(mut self, cost: u64) -> Self {
+        self.cost = cost.max(1);
+        self
+    }
+}
+
+/// The encoded key parts of one request, before they are borrowed into [`TierCheck`]s.
+pub(crate) struct Keys<'a> {
+    user: Option<(Cow<'a, str>, u64)>,
+    endpoint: Option<(Cow<'a, str>, u64)>,
+    cost: u64,
+}
+
+pub(crate) const NO_TIER: TierCheck<'static> = TierCheck {
+    tier: Tier::Global,
+    id: "",
+    limit: 0,
+    shadow: false,
+};
+
+impl<'a> Keys<'a> {
+    /// The key parts and limits of a request: the route's overrides first, then the user's
+    /// plan (`plan`: its user limit), then the defaults.
+    #[inline]
+    pub(crate) fn new(
+        config: &RateLimitConfig,
+        request: CheckRequest<'a>,
+        plan: Option<u64>,
+    ) -> Self {
+        let route = request.endpoint.and_then(|r| config.route(r));
+        let route_user_limit = route.and_then(|r| r.user_limit);
+        let user_limit = route_user_limit
+            .or(plan)
+            .unwrap_or_else(|| config.user_limit());
+        let user = match request.user {
+            _ if user_limit == 0 => None,
+            UserKey::Id(id) => Some(encode_id(id)),
+            UserKey::Ip(ip) => Some(Cow::Owned(encode_ip(ip))),
+            UserKey::Anonymous => None,
+        };
+        // A route with a user limit of its own counts users in buckets of its own:
+        // `<user>@<route>`. Encoded parts never hold `@` (addresses start with it), so the
+        // last `@` splits the key unambiguously.
+        let user = match (user, route_user_limit, request.endpoint) {
+            (Some(u), Some(_), Some(r)) => Some(Cow::Owned(format!("{u}@{}", encode_id(r)))),
+            (user, ..) => user,
+        };
+        let endpoint_limit = route
+            .and_then(|r| r.endpoint_limit)
+            .unwrap_or_else(|| config.endpoint_limit());
+        let endpoint = match request.endpoint {
+            _ if endpoint_limit == 0 => None,
+            Some(route) => Some(encode_id(route)),
+            None => Some(Cow::Borrowed(UNMATCHED_ENDPOINT)),
+        };
+        Self {
+            user: user.map(|u| (u, user_limit)),
+            endpoint: endpoint.map(|e| (e, endpoint_limit)),
+            cost: request.cost,
+        }
+    }
+
+    /// Fills `tiers` with the enabled tiers, most specific first; `None` when none applies.
+    fn fill<'s>(
+        &'s self,
+        config: &RateLimitConfig,
+        tiers: &mut [TierCheck<'s>; 3],
+    ) -> Option<usize> {
+        let mut n = 0;
+        let mut push = |tier, id, limit| {
+            tiers[n] = TierCheck {
+                tier,
+                id,
+                limit,
+                shadow: config.is_shadow(tier),
+            };
+            n += 1;
+        };
+        if let Some((id, limit)) = &self.user {
+            push(Tier::User, id, *limit);
+        }
+        if let Some((id, limit)) = &self.endpoint {
+            push(Tier::Endpoint, id, *limit);
+        }
+        if config.global_limit() > 0 {
+            push(Tier::Global, "", config.global_limit());
+        }
+        (n > 0).then_some(n)
+    }
+
+    /// The store request for these keys, its tiers in `tiers`; `None` when no tier applies.
+    #[inline]
+    pub(crate) fn store_request<'s>(
+        &'s self,
+        now: Duration,
+        config: &RateLimitConfig,
+        tiers: &'s mut [TierCheck<'s>; 3],
+    ) -> Option<StoreRequest<'s>> {
+        let n = self.fill(config, tiers)?;
+        Some(StoreRequest {
+            now,
+            window: config.window(),
+            cost: self.cost,
+            tiers: &tiers[..n],
+        })
+    }
+}
