@@ -1,6 +1,5 @@
 //! The in-process store: one sliding log per key in a [`DashMap`], decided under the logs' locks.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -17,6 +16,10 @@ use crate::clock::saturating_micros;
 use crate::config::DEFAULT_MAX_TRACKED_KEYS;
 use crate::tier::Tier;
 
+mod log;
+
+use self::log::Log;
+
 type LogMap = DashMap<Box<str>, Log, ahash::RandomState>;
 
 const NO_FACTS: TierFacts = TierFacts {
@@ -28,86 +31,6 @@ const NO_FACTS: TierFacts = TierFacts {
 
 /// Shards per map: enough that checks of different keys rarely meet on one shard lock.
 const SHARDS: usize = 64;
-
-/// One key's sliding log: the admitted requests' timestamps (µs since the epoch), oldest first.
-#[derive(Debug, Default)]
-struct Log {
-    entries: VecDeque<u64>,
-    /// Only once a request costing more than 1 was recorded here: running totals, so that a
-    /// request of any cost is one entry and the count stays O(1).
-    costs: Option<Box<Costs>>,
-}
-
-/// The running total of costs up to and including each entry (parallel to `Log::entries`),
-/// and the total of the entries already dropped.
-#[derive(Debug, Default)]
-struct Costs {
-    cumulative: VecDeque<u64>,
-    dropped: u64,
-}
-
-impl Log {
-    /// Drops entries older than `cutoff` (an entry at exactly `cutoff` still counts).
-    #[inline]
-    fn trim(&mut self, cutoff: u64) {
-        while self.entries.front().is_some_and(|&t| t < cutoff) {
-            self.entries.pop_front();
-            if let Some(costs) = &mut self.costs {
-                costs.dropped = costs.cumulative.pop_front().unwrap_or(costs.dropped);
-            }
-        }
-    }
-
-    /// The units recorded in the log.
-    #[inline]
-    fn count(&self) -> u64 {
-        match &self.costs {
-            None => self.entries.len() as u64,
-            // Totals wrap around u64 over a key's lifetime; a difference of two of them is exact
-            // as long as the units live in the window fit in a u64 (they are at most a limit).
-            Some(c) => c
-                .cumulative
-                .back()
-                .map_or(0, |&last| last.wrapping_sub(c.dropped)),
-        }
-    }
-
-    /// The timestamp of the entry whose expiry brings the count down by `units` (≥ 1).
-    #[inline]
-    fn expiry_of(&self, units: u64) -> Option<u64> {
-        let index = match &self.costs {
-            None => usize::try_from(units - 1).ok()?,
-            Some(c) => c
-                .cumulative
-                .partition_point(|&total| total.wrapping_sub(c.dropped) < units),
-        };
-        self.entries.get(index).copied()
-    }
-
-    /// Records one request of `cost` units at `at`: one entry, whatever the cost.
-    #[inline]
-    fn record(&mut self, at: u64, cost: u64) {
-        self.entries.push_back(at);
-        if cost == 1 && self.costs.is_none() {
-            return;
-        }
-        let len = self.entries.len() as u64;
-        let costs = self.costs.get_or_insert_with(|| {
-            // Until now every entry cost 1.
-            Box::new(Costs {
-                cumulative: (1..len).collect(),
-                dropped: 0,
-            })
-        });
-        let last = costs.cumulative.back().copied().unwrap_or(costs.dropped);
-        costs.cumulative.push_back(last.wrapping_add(cost));
-    }
-
-    /// Whether every entry is older than `cutoff`, so that forgetting the log changes nothing.
-    fn idle(&self, cutoff: u64) -> bool {
-        self.entries.back().is_none_or(|&t| t < cutoff)
-    }
-}
 
 /// The in-memory store: sliding logs in [`DashMap`]s, exact under any number of threads.
 ///

@@ -1,0 +1,85 @@
+//! One key's sliding log: the admitted requests' times, oldest first, and (once a request
+//! cost more than one unit) running totals of their costs, so that a request of any cost is
+//! one entry and a count is O(1).
+
+use std::collections::VecDeque;
+
+/// One key's sliding log: the admitted requests' timestamps (µs since the epoch), oldest first.
+#[derive(Debug, Default)]
+pub(super) struct Log {
+    pub(super) entries: VecDeque<u64>,
+    /// Only once a request costing more than 1 was recorded here: running totals, so that a
+    /// request of any cost is one entry and the count stays O(1).
+    pub(super) costs: Option<Box<Costs>>,
+}
+
+/// The running total of costs up to and including each entry (parallel to `Log::entries`),
+/// and the total of the entries already dropped.
+#[derive(Debug, Default)]
+pub(super) struct Costs {
+    pub(super) cumulative: VecDeque<u64>,
+    dropped: u64,
+}
+
+impl Log {
+    /// Drops entries older than `cutoff` (an entry at exactly `cutoff` still counts).
+    #[inline]
+    pub(super) fn trim(&mut self, cutoff: u64) {
+        while self.entries.front().is_some_and(|&t| t < cutoff) {
+            self.entries.pop_front();
+            if let Some(costs) = &mut self.costs {
+                costs.dropped = costs.cumulative.pop_front().unwrap_or(costs.dropped);
+            }
+        }
+    }
+
+    /// The units recorded in the log.
+    #[inline]
+    pub(super) fn count(&self) -> u64 {
+        match &self.costs {
+            None => self.entries.len() as u64,
+            // Totals wrap around u64 over a key's lifetime; a difference of two of them is exact
+            // as long as the units live in the window fit in a u64 (they are at most a limit).
+            Some(c) => c
+                .cumulative
+                .back()
+                .map_or(0, |&last| last.wrapping_sub(c.dropped)),
+        }
+    }
+
+    /// The timestamp of the entry whose expiry brings the count down by `units` (≥ 1).
+    #[inline]
+    pub(super) fn expiry_of(&self, units: u64) -> Option<u64> {
+        let index = match &self.costs {
+            None => usize::try_from(units - 1).ok()?,
+            Some(c) => c
+                .cumulative
+                .partition_point(|&total| total.wrapping_sub(c.dropped) < units),
+        };
+        self.entries.get(index).copied()
+    }
+
+    /// Records one request of `cost` units at `at`: one entry, whatever the cost.
+    #[inline]
+    pub(super) fn record(&mut self, at: u64, cost: u64) {
+        self.entries.push_back(at);
+        if cost == 1 && self.costs.is_none() {
+            return;
+        }
+        let len = self.entries.len() as u64;
+        let costs = self.costs.get_or_insert_with(|| {
+            // Until now every entry cost 1.
+            Box::new(Costs {
+                cumulative: (1..len).collect(),
+                dropped: 0,
+            })
+        });
+        let last = costs.cumulative.back().copied().unwrap_or(costs.dropped);
+        costs.cumulative.push_back(last.wrapping_add(cost));
+    }
+
+    /// Whether every entry is older than `cutoff`, so that forgetting the log changes nothing.
+    pub(super) fn idle(&self, cutoff: u64) -> bool {
+        self.entries.back().is_none_or(|&t| t < cutoff)
+    }
+}
