@@ -91,7 +91,8 @@ struct Inner {
 /// the empty log it would get), or the global mutex's guard.
 enum Held<'a> {
     Map(RefMut<'a, Box<str>, Log>),
-    New(VacantEntry<'a, Box<str>, Log>, Log),
+    /// Boxed: rare (a key's first admission), and it keeps the common guard small to move.
+    New(Box<(VacantEntry<'a, Box<str>, Log>, Log)>),
     Global(MutexGuard<'a, Log>),
 }
 
@@ -100,7 +101,7 @@ impl Held<'_> {
     fn log_ref(&self) -> &Log {
         match self {
             Self::Map(r) => r.value(),
-            Self::New(_, log) => log,
+            Self::New(new) => &new.1,
             Self::Global(g) => g,
         }
     }
@@ -109,7 +110,7 @@ impl Held<'_> {
     fn log(&mut self) -> &mut Log {
         match self {
             Self::Map(r) => r.value_mut(),
-            Self::New(_, log) => log,
+            Self::New(new) => &mut new.1,
             Self::Global(g) => g,
         }
     }
@@ -284,27 +285,37 @@ impl Inner {
         };
         // Admitted. New keys are inserted only now, and only within the cap.
         let is_new = |h: &Option<Held<'_>>| matches!(h, Some(Held::New(..)));
-        let new_keys = held.iter().zip(records).filter(|(h, r)| *r && is_new(h));
-        if let Some(first_new) = new_keys.clone().next() {
-            if !self.try_reserve(new_keys.count()) {
-                let index = held.iter().position(|h| std::ptr::eq(h, first_new.0));
-                return Err(tiers[index.unwrap_or(0)].tier);
+        let mut new_keys = 0;
+        let mut first_new = None;
+        for (i, (h, r)) in held.iter().zip(records).enumerate() {
+            if r && is_new(h) {
+                new_keys += 1;
+                first_new = first_new.or(Some(i));
+            }
+        }
+        let new_keys_recorded = new_keys > 0;
+        if let Some(first) = first_new {
+            if !self.try_reserve(new_keys) {
+                return Err(tiers[first].tier);
             }
         }
         for (h, _) in held.iter_mut().zip(records).filter(|(_, r)| *r) {
-            let Some(h) = h.take() else { continue };
-            let cost = req.cost;
-            match h {
-                Held::New(vacant, mut log) => {
-                    log.record(now, cost);
-                    vacant.insert(log);
-                }
-                mut h => {
-                    let log = h.log();
-                    // Never record before the newest entry: the log stays sorted even when
-                    // threads read the clock in one order and lock in another.
-                    let at = log.entries.back().map_or(now, |&b| b.max(now));
-                    log.record(at, cost);
+            let Some(h) = h else { continue };
+            let log = h.log();
+            // Never record before the newest entry: the log stays sorted even when threads
+            // read the clock in one order and lock in another.
+            let at = log.entries.back().map_or(now, |&b| b.max(now));
+            log.record(at, req.cost);
+        }
+        if new_keys_recorded {
+            for h in held.iter_mut() {
+                if let Some(Held::New(..)) = h {
+                    if let Some(Held::New(new)) = h.take() {
+                        let (vacant, log) = *new;
+                        if !log.entries.is_empty() {
+                            vacant.insert(log);
+                        }
+                    }
                 }
             }
         }
@@ -347,7 +358,7 @@ impl Inner {
         }
         match map.entry(Box::from(t.id)) {
             dashmap::Entry::Occupied(found) => Held::Map(found.into_ref()),
-            dashmap::Entry::Vacant(vacant) => Held::New(vacant, Log::default()),
+            dashmap::Entry::Vacant(vacant) => Held::New(Box::new((vacant, Log::default()))),
         }
     }
 
