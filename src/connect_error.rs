@@ -217,7 +217,6 @@ mod classify {
     use fred::error::{Error as FredError, ErrorKind};
 
     use super::ConnectError;
-    use crate::store::StoreError;
 
     /// Words of rustls errors and alerts, as fred passes them on (inside an IO error).
     const TLS_MARKERS: [&str; 12] = [
@@ -283,9 +282,13 @@ mod classify {
     }
 
     impl ConnectError {
-        /// Sorts a store error: its cause, if it is one of ours or fred's.
-        pub(crate) fn from_store_error(error: &StoreError, tls: bool, timeout: Duration) -> Self {
-            let mut source = std::error::Error::source(error);
+        /// Sorts an error (a store's): its cause, if it is one of ours or fred's.
+        pub(crate) fn from_error(
+            error: &(dyn std::error::Error + 'static),
+            tls: bool,
+            timeout: Duration,
+        ) -> Self {
+            let mut source = error.source();
             while let Some(cause) = source {
                 if let Some(ours) = cause.downcast_ref::<ConnectError>() {
                     return ours.clone();

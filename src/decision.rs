@@ -112,15 +112,12 @@ impl Decision {
 
     /// The request's cost; when the blocking tier's limit is below it, that is the reason.
     #[inline]
-    pub(crate) fn with_cost(mut self, req: &crate::store::StoreRequest<'_>) -> Self {
-        self.cost = req.cost;
-        if let Some(tier) = self.blocked_by {
-            self.cost_limit = req
-                .tiers
-                .iter()
-                .find(|t| t.tier == tier && t.limit < req.cost)
-                .map(|t| t.limit);
-        }
+    pub(crate) fn with_cost(mut self, cost: u64) -> Self {
+        self.cost = cost;
+        self.cost_limit = self
+            .blocked_by
+            .and_then(|tier| self.limit(tier))
+            .filter(|&limit| limit < cost);
         self
     }
 

@@ -32,7 +32,7 @@ fn conclude(
 ) -> Decision {
     decide(outcome, backend)
         .with_tiers(req.tiers.iter().map(|t| (t.tier, t.limit)), req.window)
-        .with_cost(req)
+        .with_cost(req.cost)
 }
 
 /// The decision for a store's answer; a failing store lets the request through.

@@ -146,7 +146,7 @@ impl FallbackStore {
         let timeout = self.shared.redis.command_timeout;
         let cause = redis
             .start_error()
-            .unwrap_or_else(|| ConnectError::from_store_error(error, redis.uses_tls(), timeout));
+            .unwrap_or_else(|| ConnectError::from_error(error, redis.uses_tls(), timeout));
         let memory = Arc::new(Active::Memory(
             MemoryStore::with_max_keys(self.shared.max_keys),
             cause.clone(),
