@@ -17,6 +17,7 @@ use crate::config::DEFAULT_MAX_TRACKED_KEYS;
 use crate::tier::Tier;
 
 mod log;
+mod sweep;
 
 use self::log::Log;
 
@@ -369,54 +370,6 @@ impl Inner {
                 t.checked_add(n).filter(|&after| after <= self.max_keys)
             })
             .is_ok()
-    }
-
-    /// Evicts idle keys from both maps. Only one thread sweeps at a time; the others go on.
-    fn sweep(&self, now: u64, window: u64) {
-        let Some(_sweeping) = self.sweeping.try_lock() else {
-            return;
-        };
-        let cutoff = now.saturating_sub(window);
-        // The first time a kept key may fall idle (a window from now at the latest).
-        let mut earliest_idle = now.saturating_add(window).saturating_add(1);
-        let mut removed = 0usize;
-        for map in [&self.users, &self.endpoints] {
-            map.retain(|_, log| {
-                if log.idle(cutoff) {
-                    removed += 1;
-                    return false;
-                }
-                log.trim(cutoff);
-                if log.entries.capacity() > 64 && log.entries.capacity() > 4 * log.entries.len() {
-                    log.entries.shrink_to_fit();
-                    if let Some(costs) = &mut log.costs {
-                        costs.cumulative.shrink_to_fit();
-                    }
-                }
-                if let Some(&newest) = log.entries.back() {
-                    earliest_idle =
-                        earliest_idle.min(newest.saturating_add(window).saturating_add(1));
-                }
-                true
-            });
-        }
-        self.tracked.fetch_sub(removed, Ordering::AcqRel);
-        for map in [&self.users, &self.endpoints] {
-            if map.capacity() > 1024 && map.capacity() > 4 * map.len() {
-                map.shrink_to_fit();
-            }
-        }
-        // Sweep once a window, but at least every second and at most every minute.
-        let interval = window.clamp(1_000_000, 60_000_000);
-        self.next_sweep
-            .store(now.saturating_add(interval), Ordering::Relaxed);
-        // At the cap, sweep again no sooner than a key can fall idle, nor more than ~8 times a
-        // window: a flood of new ids then costs a comparison, not a sweep, per request.
-        let gap = (window / 8).clamp(1_000, 1_000_000);
-        self.cap_retry_at.store(
-            earliest_idle.max(now.saturating_add(gap)),
-            Ordering::Release,
-        );
     }
 }
 
