@@ -651,33 +651,14 @@ async fn two_limiters_share_one_store() {
 async fn store_trait_checks_costs_and_rejects_duplicate_tiers() {
     let store = MemoryStore::new();
     let tiers = [
-        TierCheck {
-            tier: Tier::User,
-            id: "alice",
-            limit: 5,
-            shadow: false,
-        },
-        TierCheck {
-            tier: Tier::Global,
-            id: "",
-            limit: 100,
-            shadow: false,
-        },
+        TierCheck::new(Tier::User, "alice", 5),
+        TierCheck::new(Tier::Global, "", 100),
     ];
-    let request = |now: Duration, cost: u64| StoreRequest {
-        now,
-        window: MINUTE,
-        cost,
-        tiers: &tiers,
-    };
+    let request = |now: Duration, cost: u64| StoreRequest::new(now, MINUTE, cost, &tiers);
     assert_eq!(
         Store::check(&store, &request(T0, 3)).await.unwrap(),
-        StoreOutcome::Admitted {
-            remaining: 2,
-            binding: Tier::User,
-            reset: MINUTE + US, // the three units at T0 leave a window (and 1 µs) later
-            shadow_denied: None,
-        }
+        // The three units at T0 leave a window (and 1 µs) later.
+        StoreOutcome::admitted(2, Tier::User, MINUTE + US)
     );
     assert_eq!(
         store.entries(Tier::User, "alice"),
@@ -689,20 +670,14 @@ async fn store_trait_checks_costs_and_rejects_duplicate_tiers() {
         Store::check(&store, &request(T0 + secs(10), 3))
             .await
             .unwrap(),
-        StoreOutcome::Denied {
-            tier: Tier::User,
-            retry_after: secs(50) + US,
-        }
+        StoreOutcome::denied(Tier::User, secs(50) + US)
     );
     // More than the limit can never fit: a full window is the floor.
     assert_eq!(
         Store::check(&store, &request(T0 + secs(10), 6))
             .await
             .unwrap(),
-        StoreOutcome::Denied {
-            tier: Tier::User,
-            retry_after: MINUTE,
-        }
+        StoreOutcome::denied(Tier::User, MINUTE)
     );
     assert_eq!(store.entries(Tier::User, "alice"), 1);
     assert_eq!(store.entries(Tier::Global, ""), 1);
@@ -710,21 +685,11 @@ async fn store_trait_checks_costs_and_rejects_duplicate_tiers() {
         Store::check(&store, &request(T0 + secs(10), 2))
             .await
             .unwrap(),
-        StoreOutcome::Admitted {
-            remaining: 0,
-            binding: Tier::User,
-            reset: secs(50) + US,
-            shadow_denied: None,
-        }
+        StoreOutcome::admitted(0, Tier::User, secs(50) + US)
     );
 
     let duplicate = [tiers[0], tiers[0]];
-    let bad = StoreRequest {
-        now: T0,
-        window: MINUTE,
-        cost: 1,
-        tiers: &duplicate,
-    };
+    let bad = StoreRequest::new(T0, MINUTE, 1, &duplicate);
     assert!(Store::check(&store, &bad).await.is_err());
     assert_eq!(
         store.entries(Tier::User, "alice"),

@@ -310,12 +310,7 @@ async fn a_request_with_no_tier_is_admitted_by_every_store() {
     let redis = RedisStore::new("rate_limit", config.redis().unwrap());
     assert!(redis.wait_connected().await);
     let memory = tiered_ratelimit::store::MemoryStore::new();
-    let request = StoreRequest {
-        now: T0,
-        window: MINUTE,
-        cost: 1,
-        tiers: &[],
-    };
+    let request = StoreRequest::new(T0, MINUTE, 1, &[]);
     let expected = StoreOutcome::nothing_to_count();
     assert_eq!(Store::check(&memory, &request).await.unwrap(), expected);
     assert_eq!(Store::check(&redis, &request).await.unwrap(), expected);

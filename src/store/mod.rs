@@ -25,8 +25,9 @@ pub use self::memory::MemoryStore;
 #[cfg(feature = "redis")]
 pub use self::redis::RedisStore;
 
-/// One tier of a [`StoreRequest`].
+/// One tier of a [`StoreRequest`]. Fields may be added: build one with [`TierCheck::new`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TierCheck<'a> {
     /// Which tier.
     pub tier: Tier,
@@ -39,8 +40,10 @@ pub struct TierCheck<'a> {
     pub shadow: bool,
 }
 
-/// Everything a store needs to decide one request.
+/// Everything a store needs to decide one request. Fields may be added: build one with
+/// [`StoreRequest::new`].
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct StoreRequest<'a> {
     /// The limiter's `now` since the UNIX epoch (a Redis store set to
     /// [`TimeSource::Redis`](crate::TimeSource::Redis) reads its own).
@@ -53,10 +56,13 @@ pub struct StoreRequest<'a> {
     pub tiers: &'a [TierCheck<'a>],
 }
 
-/// A store's answer.
+/// A store's answer. Variants and fields may be added: a store builds one with
+/// [`StoreOutcome::admitted`] or [`StoreOutcome::denied`], and matches with `..`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StoreOutcome {
     /// Recorded in every tier with room.
+    #[non_exhaustive]
     Admitted {
         /// The smallest capacity left over the tiers, after this request.
         remaining: u64,
@@ -70,6 +76,7 @@ pub enum StoreOutcome {
         shadow_denied: Option<(Tier, Duration)>,
     },
     /// Recorded nowhere.
+    #[non_exhaustive]
     Denied {
         /// The first tier, in order, without room.
         tier: Tier,
@@ -78,7 +85,75 @@ pub enum StoreOutcome {
     },
 }
 
+impl<'a> TierCheck<'a> {
+    /// A tier to check: `id` is the tier's key part, already encoded (see [`crate::key`]),
+    /// empty for the global tier; `limit` is never 0.
+    pub fn new(tier: Tier, id: &'a str, limit: u64) -> Self {
+        Self {
+            tier,
+            id,
+            limit,
+            shadow: false,
+        }
+    }
+
+    /// The same tier in shadow mode (or not).
+    #[must_use]
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
+    }
+}
+
+impl<'a> StoreRequest<'a> {
+    /// A request at `now` over `window`, spending `cost` units in each of `tiers` (most
+    /// specific first).
+    pub fn new(now: Duration, window: Duration, cost: u64, tiers: &'a [TierCheck<'a>]) -> Self {
+        Self {
+            now,
+            window,
+            cost,
+            tiers,
+        }
+    }
+}
+
 impl StoreOutcome {
+    /// Admitted: `remaining` in the `binding` tier, which next gains capacity after `reset`.
+    pub fn admitted(remaining: u64, binding: Tier, reset: Duration) -> Self {
+        Self::Admitted {
+            remaining,
+            binding,
+            reset,
+            shadow_denied: None,
+        }
+    }
+
+    /// Admitted only because `tier`, in shadow mode, did not enforce; enforcing it would have
+    /// said `retry_after`.
+    #[must_use]
+    pub fn with_shadow_denied(self, tier: Tier, retry_after: Duration) -> Self {
+        match self {
+            Self::Admitted {
+                remaining,
+                binding,
+                reset,
+                ..
+            } => Self::Admitted {
+                remaining,
+                binding,
+                reset,
+                shadow_denied: Some((tier, retry_after)),
+            },
+            denied => denied,
+        }
+    }
+
+    /// Denied by `tier`, which has room for the request after `retry_after`.
+    pub fn denied(tier: Tier, retry_after: Duration) -> Self {
+        Self::Denied { tier, retry_after }
+    }
+
     /// The answer to a request with no tier to count (an empty [`StoreRequest::tiers`]):
     /// admitted, with no limit anywhere.
     pub fn nothing_to_count() -> Self {

@@ -148,11 +148,6 @@ impl RedisStore {
         store
     }
 
-    /// The fred client (to read its metrics, say).
-    pub fn client(&self) -> &Client {
-        &self.inner.client
-    }
-
     /// The Redis key of one tier's key part (already encoded): `prefix:user:<id>`,
     /// `prefix:endpoint:<route>`, `prefix:global`.
     pub fn key(&self, tier: Tier, id: &str) -> String {
