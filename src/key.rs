@@ -73,7 +73,7 @@ pub fn encode_id(id: &str) -> Cow<'_, str> {
 }
 
 /// The key part of a client address: `@` and the address.
-pub fn encode_ip(ip: std::net::IpAddr) -> String {
+pub(crate) fn encode_ip(ip: std::net::IpAddr) -> String {
     format!("@{ip}")
 }
 

@@ -1,4 +1,29 @@
 #![doc = include_str!("../README.md")]
+//!
+//! ## The public API, deliberately
+//!
+//! **What an application types** (all at the crate root):
+//!
+//! | item | what for |
+//! |---|---|
+//! | [`RateLimitConfig`], [`RateLimitConfigBuilder`], [`ConfigError`] | limits, window, Redis settings; a bad value is an error naming the field |
+//! | [`RateLimitLayer`] | the tower/axum middleware (its service [`RateLimit`], future [`ResponseFuture`] and body [`ResponseBody`] are named only in type signatures) |
+//! | [`RateLimiter`], [`RateLimiterBuilder`] | checking without HTTP; a chosen clock, store, listener or plan resolver; [`RateLimiter::try_connect`] and its [`ConnectError`] for a strict start |
+//! | [`Decision`], [`Tier`] | what a check decided, per tier |
+//! | [`CheckRequest`], [`UserKey`] | a check with a cost, an IP user, or no user |
+//! | [`HeaderStyle`], [`headers`] | which rate-limit headers, and rendering them without the layer |
+//! | [`ManualClock`], [`Clock`], [`SystemClock`] | time, and moving it in tests |
+//! | [`RedisConfig`], [`TimeSource`], [`Recovery`], [`RouteLimits`], [`Plan`], [`IpNet`], [`Backend`] | settings and values those take |
+//!
+//! **What a store author implements**: [`store::Store`], deciding a [`store::StoreRequest`]
+//! (its [`store::TierCheck`]s) into a [`store::StoreOutcome`] or a [`store::StoreError`]. These
+//! types are `#[non_exhaustive]` and built with their constructors, so fields can be added
+//! without breaking stores. The built-in stores are there too: [`store::MemoryStore`],
+//! [`store::RedisStore`], [`store::FallbackStore`].
+//!
+//! **Modules for the rest**: [`config`] (bounds such as `MAX_LIMIT`, `parse_duration` for
+//! command lines that follow the file's rule), [`key`] (how ids become keys, to find them in
+//! Redis), [`observe`] (the metric names).
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
