@@ -373,5 +373,5 @@ async fn a_reset_on_one_instance_lifts_cached_denials_everywhere() {
         tokio::task::yield_now().await;
     }
     let seen = seen.expect("b saw the reset");
-    assert!(seen < Duration::from_millis(100), "{seen:?}");
+    assert!(seen < Duration::from_millis(500), "{seen:?}");
 }

@@ -230,7 +230,7 @@ async fn a_reset_on_one_instance_lifts_the_cached_denials_of_every_instance() {
     }
     let waited = waited.expect("b saw the reset");
     println!("b saw a's reset {waited:?} after it was sent");
-    assert!(waited < Duration::from_millis(100), "{waited:?}");
+    assert!(waited < Duration::from_millis(500), "{waited:?}");
 }
 
 /// Without the invalidation channel (a server that refuses SUBSCRIBE), nothing is cached:
