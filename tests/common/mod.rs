@@ -21,6 +21,18 @@ pub fn free_port() -> u16 {
         .expect("bind a free port")
 }
 
+/// Why `redis-server` could not start, and the fix.
+pub fn spawn_failed(error: &std::io::Error) -> String {
+    if error.kind() == std::io::ErrorKind::NotFound {
+        "redis-server is not on the PATH: the Redis tests start their own servers. Install it \
+         (Debian/Ubuntu: `sudo apt-get install redis-server redis-tools`; macOS: \
+         `brew install redis`), or run `bash .ci/run`, which installs it."
+            .to_owned()
+    } else {
+        format!("could not start redis-server: {error}")
+    }
+}
+
 /// A `redis-server` this test started, on its own port, killed when dropped.
 pub struct RedisServer {
     child: Option<Child>,
@@ -108,7 +120,7 @@ impl RedisServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("spawn redis-server");
+            .unwrap_or_else(|e| panic!("{}", spawn_failed(&e)));
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
