@@ -715,10 +715,16 @@ fn redis_urls_of_other_schemes_are_rejected() {
         "redis://127.0.0.1:6379",
         "redis-cluster://127.0.0.1:7000?node=127.0.0.1:7001",
     ] {
-        assert!(
-            RateLimitConfig::builder().redis_url(url).build().is_ok(),
-            "{url}"
-        );
+        let built = RateLimitConfig::builder().redis_url(url).build();
+        if cfg!(feature = "redis") {
+            assert!(built.is_ok(), "{url}");
+        } else {
+            assert_eq!(
+                built.unwrap_err(),
+                ConfigError::RedisFeatureDisabled,
+                "{url}"
+            );
+        }
     }
     // TLS only with the `tls` feature: never plaintext instead.
     let tls = RateLimitConfig::builder()
@@ -739,6 +745,7 @@ fn manual_clock_advance_saturates_instead_of_wrapping() {
 }
 
 #[test]
+#[cfg(feature = "redis")] // a Redis URL is refused without it
 fn redis_recovery_is_opt_in_and_validated() {
     let toml_text = r#"
         window = "60s"
