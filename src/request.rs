@@ -63,7 +63,7 @@ impl<'a> CheckRequest<'a> {
 pub(crate) struct Keys<'a> {
     user: Option<(Cow<'a, str>, u64)>,
     endpoint: Option<(Cow<'a, str>, u64)>,
-    cost: u64,
+    pub(crate) cost: u64,
 }
 
 pub(crate) const NO_TIER: TierCheck<'static> = TierCheck {

@@ -268,9 +268,9 @@ impl RateLimiter {
         &'a self,
         request: CheckRequest<'a>,
     ) -> impl Future<Output = Decision> + Send + 'a {
-        match self.check_now(request) {
-            Some(decision) => CheckFuture::Ready(Some(decision)),
-            None => CheckFuture::Waiting(Box::pin(self.check_remote(request))),
+        match self.try_now(request) {
+            Ok(decision) => CheckFuture::Ready(Some(decision)),
+            Err((now, keys)) => CheckFuture::Waiting(Box::pin(self.check_remote(now, keys))),
         }
     }
 
@@ -279,28 +279,35 @@ impl RateLimiter {
     /// then use [`check_request`](Self::check_request).
     #[inline]
     pub(crate) fn check_now(&self, request: CheckRequest<'_>) -> Option<Decision> {
+        self.try_now(request).ok()
+    }
+
+    /// The decision now if the store can give it; else the time and the request's keys, worked
+    /// out once, for the waiting path.
+    #[inline]
+    fn try_now<'a>(&self, request: CheckRequest<'a>) -> Result<Decision, (Duration, Keys<'a>)> {
         let config = &self.inner.config;
         let now = self.inner.clock.now();
         let keys = Keys::new(config, request, self.plan_limit(request.user, now));
         let mut tiers = [NO_TIER; 3];
         let decision = match keys.store_request(now, config, &mut tiers) {
-            Some(req) => {
-                let outcome = self.inner.store.check_now(&req)?;
-                conclude(outcome, label(self.inner.store.backend()), &req)
-            }
+            Some(req) => match self.inner.store.check_now(&req) {
+                Some(outcome) => conclude(outcome, label(self.inner.store.backend()), &req),
+                None => return Err((now, keys)),
+            },
             None => Decision::unlimited(request.cost),
         };
         observe::record(&decision);
-        Some(decision)
+        Ok(decision)
     }
 
-    async fn check_remote(&self, request: CheckRequest<'_>) -> Decision {
+    /// The waiting path: the store's `check`, for keys [`try_now`](Self::try_now) worked out.
+    async fn check_remote(&self, now: Duration, keys: Keys<'_>) -> Decision {
         let config = &self.inner.config;
-        let now = self.inner.clock.now();
-        let keys = Keys::new(config, request, self.plan_limit(request.user, now));
         let mut tiers = [NO_TIER; 3];
         let Some(store_request) = keys.store_request(now, config, &mut tiers) else {
-            let decision = Decision::unlimited(request.cost);
+            // (try_now answers a request with no tier itself; this is never reached.)
+            let decision = Decision::unlimited(keys.cost);
             observe::record(&decision);
             return decision;
         };
