@@ -10,6 +10,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::algorithm::Verdict;
 use crate::connect_error::ConnectError;
 use crate::tier::Tier;
 
@@ -152,6 +153,28 @@ impl StoreOutcome {
     /// Denied by `tier`, which has room for the request after `retry_after`.
     pub fn denied(tier: Tier, retry_after: Duration) -> Self {
         Self::Denied { tier, retry_after }
+    }
+
+    /// The outcome the algorithm's `verdict` gives, its tier indices naming `tiers`.
+    pub(crate) fn of_verdict(verdict: &Verdict, tiers: &[TierCheck<'_>]) -> Self {
+        match *verdict {
+            Verdict::Denied { index, retry_after } => Self::Denied {
+                tier: tiers[index].tier,
+                retry_after,
+            },
+            Verdict::Admitted {
+                remaining,
+                binding,
+                reset,
+                shadow_denied,
+                ..
+            } => Self::Admitted {
+                remaining,
+                binding: tiers[binding].tier,
+                reset,
+                shadow_denied: shadow_denied.map(|(i, wait)| (tiers[i].tier, wait)),
+            },
+        }
     }
 
     /// The answer to a request with no tier to count (an empty [`StoreRequest::tiers`]):

@@ -267,22 +267,11 @@ impl Inner {
         let verdict = algorithm::decide(facts, now, window, req.cost, |i, units| {
             held[i].as_ref().and_then(|h| h.log_ref().expiry_of(units))
         });
-        let (records, remaining, binding, reset, shadow_denied) = match verdict {
-            // Denied: the logs are left as they were, and a key made for this check
-            // (`Held::New`) is dropped with the guards, never inserted.
-            Verdict::Denied { index, retry_after } => {
-                return Ok(StoreOutcome::Denied {
-                    tier: tiers[index].tier,
-                    retry_after,
-                })
-            }
-            Verdict::Admitted {
-                records,
-                remaining,
-                binding,
-                reset,
-                shadow_denied,
-            } => (records, remaining, binding, reset, shadow_denied),
+        let outcome = StoreOutcome::of_verdict(&verdict, tiers);
+        // Denied: the logs are left as they were, and a key made for this check (`Held::New`)
+        // is dropped with the guards, never inserted.
+        let Verdict::Admitted { records, .. } = verdict else {
+            return Ok(outcome);
         };
         // Admitted. New keys are inserted only now, and only within the cap.
         let is_new = |h: &Option<Held<'_>>| matches!(h, Some(Held::New(..)));
@@ -320,12 +309,7 @@ impl Inner {
                 }
             }
         }
-        Ok(StoreOutcome::Admitted {
-            remaining,
-            binding: tiers[binding].tier,
-            reset,
-            shadow_denied: shadow_denied.map(|(i, wait)| (tiers[i].tier, wait)),
-        })
+        Ok(outcome)
     }
 
     /// Locks every tier's log (in `tiers`' order), always taking them user, endpoint, global.

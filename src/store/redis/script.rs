@@ -138,7 +138,7 @@ pub(super) fn conclude(
     let verdict = algorithm::decide(&facts, now, window, req.cost, |i, _| found[i].expiry);
     let disagree = || StoreError::new("the rate limit script and the algorithm disagree");
     match verdict {
-        Verdict::Denied { index, retry_after } if !admitted && index + 1 == found.len() => {
+        Verdict::Denied { index, .. } if !admitted && index + 1 == found.len() => {
             let (t, f) = (&facts[index], &found[index]);
             let still = match f.oldest {
                 Some(oldest) if t.count >= t.limit && req.cost <= t.limit => {
@@ -146,27 +146,11 @@ pub(super) fn conclude(
                 }
                 _ => Duration::ZERO,
             };
-            let outcome = StoreOutcome::Denied {
-                tier: tiers[index].tier,
-                retry_after,
-            };
-            Ok((outcome, still))
+            Ok((StoreOutcome::of_verdict(&verdict, tiers), still))
         }
-        Verdict::Admitted {
-            remaining,
-            binding,
-            reset,
-            shadow_denied,
-            ..
-        } if admitted && found.len() == tiers.len() => Ok((
-            StoreOutcome::Admitted {
-                remaining,
-                binding: tiers[binding].tier,
-                reset,
-                shadow_denied: shadow_denied.map(|(i, wait)| (tiers[i].tier, wait)),
-            },
-            Duration::ZERO,
-        )),
+        Verdict::Admitted { .. } if admitted && found.len() == tiers.len() => {
+            Ok((StoreOutcome::of_verdict(&verdict, tiers), Duration::ZERO))
+        }
         _ => Err(disagree()),
     }
 }
