@@ -19,6 +19,10 @@ use std::net::{IpAddr, Ipv6Addr};
 use http::request::Parts;
 pub(crate) use ipnet::IpNet;
 
+mod chain;
+
+pub(crate) use self::chain::ChainHeader;
+
 /// Whether `ip` is in `net`, IPv4-mapped addresses (`::ffff:a.b.c.d`) taken as the IPv4
 /// address they carry, on either side: `10.0.0.0/8` holds `::ffff:10.1.2.3`, and
 /// `::ffff:10.0.0.0/104` holds `10.1.2.3`. An IPv4 network never holds an IPv6 address, nor
@@ -92,32 +96,6 @@ pub(crate) enum Proxies {
     Hops(usize),
 }
 
-/// The header that carries the chain of addresses the proxies saw.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum ChainHeader {
-    /// RFC 7239 `Forwarded`: the `for=` parameter of each element.
-    Forwarded,
-    /// A comma-separated list of addresses (`X-Forwarded-For`, `X-Real-IP`, ...).
-    List(http::HeaderName),
-}
-
-impl ChainHeader {
-    /// `Forwarded` for that name, else a list header.
-    pub(crate) fn named(name: http::HeaderName) -> Self {
-        if name == http::header::FORWARDED {
-            Self::Forwarded
-        } else {
-            Self::List(name)
-        }
-    }
-}
-
-impl Default for ChainHeader {
-    fn default() -> Self {
-        Self::List(http::HeaderName::from_static("x-forwarded-for"))
-    }
-}
-
 /// How the layer finds the client's address.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct ClientIpRule {
@@ -177,53 +155,6 @@ impl ClientIpRule {
             v4 => v4,
         }
     }
-}
-
-impl ClientIpRule {
-    /// The addresses of the configured header, left to right, across every header line;
-    /// `None` for an entry that is not an address.
-    fn chain(&self, parts: &Parts) -> Vec<Option<IpAddr>> {
-        match &self.header {
-            ChainHeader::Forwarded => parts
-                .headers
-                .get_all(http::header::FORWARDED)
-                .iter()
-                .flat_map(|v| v.to_str().unwrap_or("").split(','))
-                .map(|element| {
-                    element
-                        .split(';')
-                        .find_map(|pair| {
-                            let (k, v) = pair.split_once('=')?;
-                            k.trim().eq_ignore_ascii_case("for").then_some(v)
-                        })
-                        .and_then(parse_node)
-                })
-                .collect(),
-            ChainHeader::List(name) => parts
-                .headers
-                .get_all(name)
-                .iter()
-                .flat_map(|v| v.to_str().unwrap_or("").split(','))
-                .map(parse_node)
-                .collect(),
-        }
-    }
-}
-
-/// An address as proxies write it: `192.0.2.1`, `192.0.2.1:4711`, `"[2001:db8::1]:4711"`,
-/// `2001:db8::1`.
-fn parse_node(node: &str) -> Option<IpAddr> {
-    let node = node.trim().trim_matches('"');
-    if let Ok(ip) = node.parse::<IpAddr>() {
-        return Some(canonical(ip));
-    }
-    if let Some(rest) = node.strip_prefix('[') {
-        let (ip, _) = rest.split_once(']')?;
-        return ip.parse::<IpAddr>().ok().map(canonical);
-    }
-    let (ip, port) = node.rsplit_once(':')?;
-    port.parse::<u16>().ok()?;
-    ip.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4)
 }
 
 #[cfg(test)]
