@@ -253,6 +253,55 @@ async fn without_the_invalidation_channel_nothing_is_cached() {
     assert_eq!(a.backend(), Backend::Redis);
 }
 
+/// The invalidation connection dies later (here: the server kills pub/sub clients): the cache
+/// is emptied and switched off, so a reset elsewhere can never be missed; denials ask Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_invalidation_channel_dies_the_cache_is_switched_off() {
+    let server = RedisServer::start();
+    let clock = ManualClock::at(T0);
+    let a = connected(
+        on(&server, limits(1, 0, 0, MINUTE), TimeSource::App),
+        &clock,
+    )
+    .await;
+    assert!(a.check("erin", "/").await.allowed());
+    assert!(!a.check("erin", "/").await.allowed());
+    let calls = server.command_calls("evalsha");
+    assert!(!a.check("erin", "/").await.allowed());
+    assert_eq!(
+        server.command_calls("evalsha"),
+        calls,
+        "cached while subscribed"
+    );
+
+    server.cli(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut asked = false;
+    while Instant::now() < deadline {
+        let before = server.command_calls("evalsha");
+        assert!(!a.check("erin", "/").await.allowed());
+        if server.command_calls("evalsha") > before {
+            asked = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        asked,
+        "the cache kept answering without its invalidation channel"
+    );
+    let before = server.command_calls("evalsha");
+    for _ in 0..3 {
+        assert!(!a.check("erin", "/").await.allowed());
+    }
+    assert_eq!(server.command_calls("evalsha") - before, 3, "off for good");
+    assert_eq!(
+        a.backend(),
+        Backend::Redis,
+        "the command connection is unaffected"
+    );
+}
+
 // ------------------------------------------------------------------ smaller holes
 
 fn connected_clients(server: &RedisServer) -> usize {
