@@ -6,14 +6,21 @@
 -- ARGV[3]     the cost (units this request spends)
 -- ARGV[3+i]   the limit of KEYS[i]; negative for a tier in shadow mode (it never denies)
 --
--- Each admitted request is ONE member, whatever its cost: "<total>:<cost>" (hex), where <total>
--- is the key's running total of costs up to and including it (16 digits, so that members of
--- equal score sort in recording order; strictly increasing, so members are unique), scored by
--- its time. Members are recorded at
--- max(now, newest score), so rank order is recording order. Then a key's count is
---   total(newest) - (total(oldest) - cost(oldest))
--- two O(log n) reads, whatever the costs; only a denial searches (binary, by rank) for the
--- entry whose expiry makes room.
+-- Each admitted request is ONE member, scored by its time, whatever its cost. A key holds
+-- members of one of two forms:
+--   plain   (a key that has only seen requests of cost 1 since it was last empty): the member
+--           is its score in decimal, then '-k' (k = 1, 2, ...) if that name is taken. Every
+--           member is one unit, so a key's count is ZCARD, and its oldest entry's time is the
+--           oldest member's name: one cheap read each.
+--   totals  "<total>:<cost>" (hex), where <total> is the key's running total of costs up to
+--           and including it (16 digits, so that members of equal score sort in recording
+--           order; strictly increasing, so members are unique). Members are recorded at
+--           max(now, newest score), so rank order is recording order, and a key's count is
+--             total(newest) - (total(oldest) - cost(oldest))
+--           two O(log n) reads, whatever the costs.
+-- The oldest member tells a key's form (a ':' at position 17). A key takes the totals form
+-- when a request of cost > 1 is recorded in it: its plain members are rewritten once, in
+-- rank order, as totals of one unit each; it keeps that form until it is empty again.
 --
 -- The script does only what must be atomic: trim, count, admit if every enforced tier has
 -- room, record. It returns the facts, and src/algorithm.rs (the one copy of the decision)
@@ -32,131 +39,246 @@
 -- less the total already expired (at most 2^50 after that). Every number the script computes
 -- then stays below 2^52 + 2 * 2^50 < 2^53. A rebase touches each live member once, and a
 -- member is rewritten at most once in its life (the next rebase is 3 * 2^50 units later, and a
--- window holds at most 2^50). Numbers are formatted with %.0f: Lua's default number-to-string
--- keeps only 14 digits.
+-- window holds at most 2^50). Numbers are formatted with %d (an exact integer conversion) or
+-- %x: Lua's default number-to-string keeps only 14 digits.
 --
 -- Clocks: an entry scored after `now` (an app instance whose clock runs ahead, or a clock
--- stepped back) is moved back to `now` before anything is counted: so no answer waits longer
--- than a window (and 1 µs), and an instance's clock error can shift entries by at most that
--- error.
+-- stepped back) is moved back to `now` before it can shape an answer: in a totals key before
+-- anything is counted (recording there needs the newest entry); in a plain key, whose count
+-- does not depend on scores, when it is the oldest entry, when the tier is full, or when the
+-- key takes the totals form. So no answer waits longer than a window (and 1 µs), and an
+-- instance's clock error can shift entries by at most that error.
+--
+-- Cost: on the path most checks take (cost 1, plain keys, admitted) a tier is five commands
+-- (ZREMRANGEBYSCORE, ZRANGE 0 0, ZCARD, ZADD, PEXPIRE) with no score read or formatted as a
+-- float; see docs/BENCHMARKS.md for what each piece costs.
+local call, format, byte, sub = redis.call, string.format, string.byte, string.sub
 local now
 if ARGV[1] == '' then
   if redis.replicate_commands then redis.replicate_commands() end
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local t = call('TIME')
+  now = t[1] * 1000000 + t[2]
 else
   now = tonumber(ARGV[1])
 end
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
-local now_s = string.format('%.0f', now)
-local cutoff = string.format('(%.0f', now - window)
-
-local function total_of(member)
-  return tonumber(string.sub(member, 1, 16), 16)
-end
-
-local function cost_of(member)
-  return tonumber(string.sub(member, 18), 16)
-end
-
+local now_s = format('%d', now)
+local cutoff = format('(%d', now - window)
 local REBASE_AT = 4503599627370496 -- 2^52
 
--- Rewrites every member of `key` with its running total less `base` (what already expired).
-local function rebase(key, base)
-  local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-  redis.call('DEL', key)
-  for j = 1, #all, 2 do
-    local member = all[j]
-    redis.call('ZADD', key, all[j + 1],
-      string.format('%016x:%x', total_of(member) - base, cost_of(member)))
+-- The paths few checks take (denials, clocks that disagree, costs, rebases), made on first
+-- need: every function defined at the top level would be a new closure at every run.
+local cold
+local function cold_paths()
+  local c = {}
+
+  function c.total_of(member)
+    return tonumber(sub(member, 1, 16), 16)
   end
+
+  function c.cost_of(member)
+    return tonumber(sub(member, 18), 16)
+  end
+
+  -- The time a plain member names.
+  function c.time_of(member)
+    return tonumber(member) or tonumber(sub(member, 1, string.find(member, '-', 2, true) - 1))
+  end
+
+  -- Records a plain member at now under the first free name from now-k on; returns it.
+  -- (Taking k from the key's count makes the first try free in a burst at one instant.)
+  function c.add_plain(key, k)
+    local member = now_s .. '-' .. k
+    while call('ZADD', key, 'NX', now_s, member) == 0 do
+      k = k + 1
+      member = now_s .. '-' .. k
+    end
+    return member
+  end
+
+  -- Moves the entries scored after now back to now; a plain member is renamed, since its
+  -- name is its time. Rank order stays recording order in a totals key: the moved entries
+  -- are its newest, and equal scores sort by their running totals.
+  function c.clamp(key, plain)
+    for k, member in ipairs(call('ZRANGEBYSCORE', key, '(' .. now_s, '+inf')) do
+      if plain then
+        call('ZREM', key, member)
+        c.add_plain(key, k)
+      else
+        call('ZADD', key, now_s, member)
+      end
+    end
+  end
+
+  -- Replaces the key's members (score, member pairs) in batches (unpack has a stack limit).
+  function c.rewrite(key, pairs_)
+    call('DEL', key)
+    for j = 1, #pairs_, 1000 do
+      call('ZADD', key, unpack(pairs_, j, math.min(j + 999, #pairs_)))
+    end
+  end
+
+  -- A plain key takes the totals form: one unit per member, in rank order, none after now.
+  -- Returns the newest total.
+  function c.to_totals(key)
+    local all = call('ZRANGE', key, '0', '-1', 'WITHSCORES')
+    for j = 1, #all, 2 do
+      if tonumber(all[j + 1]) > now then all[j + 1] = now_s end
+      all[j], all[j + 1] = all[j + 1], format('%016x:1', (j + 1) / 2)
+    end
+    c.rewrite(key, all)
+    return #all / 2
+  end
+
+  -- Rewrites a totals key's members with their running totals less `base` (what already
+  -- expired).
+  function c.rebase(key, base)
+    local all = call('ZRANGE', key, '0', '-1', 'WITHSCORES')
+    for j = 1, #all, 2 do
+      local member = all[j]
+      all[j] = all[j + 1]
+      all[j + 1] = format('%016x:%x', c.total_of(member) - base, c.cost_of(member))
+    end
+    c.rewrite(key, all)
+  end
+
+  -- The score of the entry whose leaving frees `units` units (1 <= units <= count).
+  function c.expiry(key, plain, base, units)
+    local rank
+    if plain then
+      rank = units - 1
+    else
+      -- The first entry whose running total reaches base + units: binary search by rank.
+      local lo, hi = 0, call('ZCARD', key) - 1
+      while lo < hi do
+        local mid = math.floor((lo + hi) / 2)
+        local m = format('%d', mid)
+        if c.total_of(call('ZRANGE', key, m, m)[1]) >= base + units then
+          hi = mid
+        else
+          lo = mid + 1
+        end
+      end
+      rank = lo
+    end
+    rank = format('%d', rank)
+    return tonumber(call('ZRANGE', key, rank, rank, 'WITHSCORES')[2])
+  end
+
+  return c
 end
 
--- Moves every entry scored after `now` back to `now` (rank order stays recording order: they
--- are the newest entries, and equal scores sort by their running totals).
-local function clamp_future(key, now_s)
-  local future = redis.call('ZRANGEBYSCORE', key, '(' .. now_s, '+inf')
-  for _, member in ipairs(future) do
-    redis.call('ZADD', key, now_s, member)
-  end
-end
-
--- Per tier checked, in order: its count, its oldest entry's score, and (only for a tier that
--- cannot take the request, when the cost fits its limit at all) the score of the entry whose
--- leaving makes room; -1 for none. The rest of the decision (remaining, binding tier, waits)
--- is the Rust algorithm's, from these facts.
-local facts = {}
-local record = {}
-local newest = {}
+local reply = {1, now, ''}
+-- Per tier, for the recording pass: false (a full shadow tier: not recorded), the count (a
+-- plain or empty key, recorded as plain for a cost of 1; negated when the key's oldest entry is
+-- at now, so that others at now are likely), or the newest entry {member, score} of a totals key
+-- ({} for a key to be made a totals key, {plain = true} for a plain key to become one).
+local how = {}
 
 for i, key in ipairs(KEYS) do
   local limit = tonumber(ARGV[3 + i])
   local shadow = limit < 0
   if shadow then limit = -limit end
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
-  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  local count, base, last, oldest, expiry = 0, 0, nil, -1, -1
-  if first[1] then
-    last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    if tonumber(last[2]) > now then
-      clamp_future(key, now_s)
-      last[2] = now_s
-      if tonumber(first[2]) > now then first[2] = now_s end
+  call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
+  -- A costly request will want the score (a totals key's oldest entry does not name it).
+  local first
+  if cost > 1 then
+    first = call('ZRANGE', key, '0', '0', 'WITHSCORES')
+  else
+    first = call('ZRANGE', key, '0', '0')
+  end
+  local m = first[1]
+  local count, oldest, expiry, base = 0, -1, -1, 0
+  local kind = 0
+  if m == nil then
+    if cost > 1 then kind = {} end
+  elseif byte(m, 17) ~= 58 then
+    -- plain
+    count = call('ZCARD', key)
+    oldest = tonumber(m)
+    if oldest == nil or oldest > now then
+      cold = cold or cold_paths()
+      oldest = cold.time_of(m)
+      if oldest > now then
+        cold.clamp(key, true)
+        oldest = now
+      end
     end
-    base = total_of(first[1]) - cost_of(first[1])
-    count = total_of(last[1]) - base
-    oldest = tonumber(first[2])
+    if cost > 1 then
+      kind = {plain = true}
+    elseif oldest == now then
+      kind = -count
+    else
+      kind = count
+    end
+  else
+    -- totals
+    cold = cold or cold_paths()
+    oldest = tonumber(first[2] or call('ZRANGE', key, '0', '0', 'WITHSCORES')[2])
+    kind = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+    if tonumber(kind[2]) > now then
+      cold.clamp(key, false)
+      kind[2] = now_s
+      if oldest > now then oldest = now end
+    end
+    base = cold.total_of(m) - cold.cost_of(m)
+    count = cold.total_of(kind[1]) - base
   end
   local full = count + cost > limit
   if full and cost <= limit then
-    -- The first entry whose running total reaches base + (units that must expire).
-    local target = base + count + cost - limit
-    local lo, hi = 0, redis.call('ZCARD', key) - 1
-    while lo < hi do
-      local mid = math.floor((lo + hi) / 2)
-      if total_of(redis.call('ZRANGE', key, mid, mid)[1]) >= target then
-        hi = mid
-      else
-        lo = mid + 1
-      end
+    cold = cold or cold_paths()
+    local plain = type(kind) == 'number' or kind.plain
+    if plain then cold.clamp(key, true) end
+    expiry = cold.expiry(key, plain, base, count + cost - limit)
+  end
+  local n = #reply
+  reply[n + 1] = count
+  reply[n + 2] = oldest
+  reply[n + 3] = expiry
+  if full then
+    if not shadow then
+      reply[1] = 0
+      return reply
     end
-    expiry = tonumber(redis.call('ZRANGE', key, lo, lo, 'WITHSCORES')[2])
+    kind = false
   end
-  facts[#facts + 1] = count
-  facts[#facts + 1] = oldest
-  facts[#facts + 1] = expiry
-  if full and not shadow then
-    local reply = {0, now, ''}
-    for _, f in ipairs(facts) do reply[#reply + 1] = f end
-    return reply
-  end
-  if not full then
-    record[#record + 1] = i
-    newest[i] = last
-  end
+  how[i] = kind
 end
 
-local ttl = string.format('%.0f', math.ceil(window / 1000) + 1)
-local recorded = ''
-for _, i in ipairs(record) do
-  local key, last = KEYS[i], newest[i]
-  local total, at = cost, now
-  if last then
-    total = total_of(last[1]) + cost
-    if total > REBASE_AT then
-      local first = redis.call('ZRANGE', key, 0, 0)[1]
-      local base = total_of(first) - cost_of(first)
-      rebase(key, base)
-      total = total - base
+local ttl = format('%d', math.ceil(window / 1000) + 1)
+for i, key in ipairs(KEYS) do
+  local kind = how[i]
+  if kind then
+    local member
+    if type(kind) == 'number' then
+      -- plain, cost 1
+      if kind >= 0 and call('ZADD', key, 'NX', now_s, now_s) == 1 then
+        member = now_s
+      else
+        cold = cold or cold_paths()
+        member = cold.add_plain(key, math.abs(kind))
+      end
+    else
+      cold = cold or cold_paths()
+      local total, at = cost, now
+      if kind.plain then
+        total = cold.to_totals(key) + cost
+      elseif kind[1] then
+        total = cold.total_of(kind[1]) + cost
+        at = math.max(now, tonumber(kind[2]))
+      end
+      if total > REBASE_AT then
+        local oldest = call('ZRANGE', key, '0', '0')[1]
+        local base = cold.total_of(oldest) - cold.cost_of(oldest)
+        cold.rebase(key, base)
+        total = total - base
+      end
+      member = format('%016x:%x', total, cost)
+      call('ZADD', key, format('%d', at), member)
     end
-    at = math.max(now, tonumber(last[2]))
+    call('PEXPIRE', key, ttl)
+    if reply[3] == '' then reply[3] = member end
   end
-  local member = string.format('%016x:%x', total, cost)
-  redis.call('ZADD', key, string.format('%.0f', at), member)
-  redis.call('PEXPIRE', key, ttl)
-  if recorded == '' then recorded = member end
 end
-local reply = {1, now, recorded}
-for _, f in ipairs(facts) do reply[#reply + 1] = f end
 return reply
