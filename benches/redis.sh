@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Redis throughput: checks per second of our limiter on Redis, beside redis-benchmark running
-# the very same Lua script (src/store/redis/script.lua) with EVALSHA at the same concurrency.
+# the very same Lua script (src/store/redis/script.lua), and the lean baseline script
+# (benches/lean.lua), with EVALSHA at the same concurrency.
 #
-#   benches/redis.sh                        # about 2 to 3.5 minutes with the defaults
-#   CHECKS=50000 REPS=1 benches/redis.sh    # a quick look
+#   benches/redis.sh                                   # about 4 to 6 minutes with the defaults
+#   CHECKS=50000 REPS=1 benches/redis.sh               # a quick look
+#   CONCURRENCY=64 LIMITERS="1 4" CLUSTER=1 benches/redis.sh   # many instances, a cluster
+#   BASE_SCRIPT=/tmp/old.lua benches/redis.sh          # also an older script, e.g.
+#                                     # git show main:src/store/redis/script.lua >/tmp/old.lua
 #
 # The script starts its own redis-server on a free loopback port (--save "" --appendonly no),
 # killed on exit. For each concurrency (1, 16, 64) and each of REPS rounds, interleaved:
@@ -11,15 +15,26 @@
 #   ours             examples/bench_redis.rs: RateLimiter::connect(config) with the Redis URL,
 #                    three tiers on, limits 2^40 in a 1 s window (never reached), check i by
 #                    user i % 10000, from N tokio tasks sharing one limiter (one fred client:
-#                    one connection, commands of concurrent tasks pipelined on it);
-#   redis-benchmark  EVALSHA <sha> 3 rate_limit:user:__rand_int__ rate_limit:endpoint:/bench
-#                    rate_limit:global "" 1000000 1 2^40 2^40 2^40, with -c N connections,
-#                    -P 1 (no pipelining), -r 10000 (10,000 users). ARGV[1] "" makes the
-#                    script read Redis TIME.
+#                    one connection, commands of concurrent tasks pipelined on it); with
+#                    LIMITERS="1 4", also four limiters (four connections, as four app
+#                    instances) sharing the N tasks: row ours-x4;
+#   ours-cluster     (CLUSTER=1) the same against a three-master Redis Cluster the script
+#                    starts (redis-cli --cluster create), all masters on REDIS_CPUS;
+#   rb-lean          redis-benchmark EVALSHA of benches/lean.lua, the baseline: per tier
+#                    ZREMRANGEBYSCORE and ZCARD, deny on the first full tier, else ZADD +
+#                    PEXPIRE in every tier (no facts, no costs, no clamp);
+#   rb-script        redis-benchmark EVALSHA of src/store/redis/script.lua;
+#   rb-base          (BASE_SCRIPT=path) redis-benchmark EVALSHA of that script.
 #
-# Both start on an empty database (FLUSHALL), run WARMUP untimed checks, then CHECKS timed ones.
-# During our run INFO commandstats gives the round trips per check (EVALSHA calls / checks).
-# Each run checks that no call failed and that every check was admitted and served by Redis.
+# redis-benchmark sends EVALSHA <sha> 3 rate_limit:user:__rand_int__ rate_limit:endpoint:/bench
+# rate_limit:global "" 1000000 COST 2^40 2^40 2^40, with -c N connections, -P 1 (no pipelining),
+# -r 10000 (10,000 users). ARGV[1] "" makes the script read Redis TIME.
+#
+# Every run starts on an empty database (FLUSHALL), runs WARMUP untimed checks, then CHECKS
+# timed ones. INFO commandstats gives the round trips per check (EVALSHA calls / checks) and
+# usec_per_call of EVALSHA: the time Redis spent inside the script, per call, without the
+# network. Each run checks that no call failed and that every check was admitted and served by
+# Redis.
 #
 # Pinning (2 CPUs or more, with taskset): redis-server on REDIS_CPUS (default core 0), the
 # client (ours with WORKERS tokio worker threads, default 1, or redis-benchmark, single
@@ -28,8 +43,9 @@
 #
 # Writes the table to stdout and benches/results/redis.md, every run to benches/results/redis.csv.
 # Settings (environment): CHECKS (200000), WARMUP (20000), CONCURRENCY ("1 16 64"), REPS (3),
-# USERS (10000), WORKERS (1), REDIS_CPUS (0), CLIENT_CPUS (1), TIME_SOURCE (app: our limiter
-# passes now; redis: it sends "" like redis-benchmark), TIMEOUT (1s: our Redis command timeout;
+# USERS (10000), WORKERS (1), LIMITERS ("1"), CLUSTER (0), BASE_SCRIPT (none), REDIS_CPUS (0),
+# CLIENT_CPUS (1), TIME_SOURCE (app: our limiter passes now; redis: it sends "" like
+# redis-benchmark), COST (1: units per check, ours and redis-benchmark), TIMEOUT (1s: our Redis command timeout;
 # a slower check would fall back to memory and fail the run), RESULTS (benches/results).
 set -euo pipefail
 
@@ -42,6 +58,10 @@ CONCURRENCY=${CONCURRENCY:-1 16 64}
 REPS=${REPS:-3}
 USERS=${USERS:-10000}
 WORKERS=${WORKERS:-1}
+LIMITERS=${LIMITERS:-1}
+CLUSTER=${CLUSTER:-0}
+BASE_SCRIPT=${BASE_SCRIPT:-}
+COST=${COST:-1}
 REDIS_CPUS=${REDIS_CPUS:-0}
 CLIENT_CPUS=${CLIENT_CPUS:-1}
 TIME_SOURCE=${TIME_SOURCE:-app}
@@ -89,63 +109,134 @@ BIN=$target_dir/release/examples/bench_redis
 
 # --- redis-server ------------------------------------------------------------------------
 TMP=$(mktemp -d)
-REDIS_PID=
+PIDS=()
 cleanup() {
-    if [ -n "$REDIS_PID" ] && kill -0 "$REDIS_PID" 2>/dev/null; then
-        kill -TERM "$REDIS_PID" 2>/dev/null || true
-        wait "$REDIS_PID" 2>/dev/null || true
-    fi
+    local pid
+    for pid in "${PIDS[@]}"; do
+        if kill -0 "$pid" 2>/dev/null; then
+            kill -TERM "$pid" 2>/dev/null || true
+            wait "$pid" 2>/dev/null || true
+        fi
+    done
     rm -rf "$TMP"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-PORT=
-for _ in $(seq 20); do
-    port=$((20000 + RANDOM % 40000))
-    # Something already answers there: try another port.
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then continue; fi
-    "${redis_pin[@]}" redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
-        --dir "$TMP" --logfile "$TMP/redis.log" &
-    REDIS_PID=$!
-    for _ in $(seq 100); do
-        if [ "$(redis-cli -p "$port" PING 2>/dev/null)" = PONG ]; then
-            PORT=$port
-            break 2
-        fi
-        kill -0 "$REDIS_PID" 2>/dev/null || break
-        sleep 0.05
+# Starts a pinned redis-server on a free port with extra arguments; sets STARTED_PORT and
+# STARTED_PID.
+start_redis() {
+    local port dir pid
+    for _ in $(seq 20); do
+        port=$((20000 + RANDOM % 40000))
+        # Something already answers there: try another port.
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then continue; fi
+        dir=$TMP/redis-$port
+        mkdir -p "$dir"
+        "${redis_pin[@]}" redis-server --port "$port" --bind 127.0.0.1 --save "" \
+            --appendonly no --dir "$dir" --logfile "$dir/redis.log" "$@" &
+        pid=$!
+        PIDS+=("$pid")
+        for _ in $(seq 100); do
+            if [ "$(redis-cli -p "$port" PING 2>/dev/null)" = PONG ]; then
+                STARTED_PORT=$port
+                STARTED_PID=$pid
+                return 0
+            fi
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.05
+        done
+        kill -TERM "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
     done
-    kill -TERM "$REDIS_PID" 2>/dev/null || true
-    wait "$REDIS_PID" 2>/dev/null || true
-    REDIS_PID=
-done
-[ -n "$PORT" ] || die "could not start redis-server on a free port"
+    return 1
+}
+
+start_redis || die "could not start redis-server on a free port"
+PORT=$STARTED_PORT
+REDIS_PID=$STARTED_PID
 cli() { redis-cli -p "$PORT" "$@"; }
 log "redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$PORT"
 
-SHA=$(cli -x SCRIPT LOAD <src/store/redis/script.lua)
-[[ $SHA =~ ^[0-9a-f]{40}$ ]] || die "SCRIPT LOAD failed: $SHA"
-# -x sends the file byte for byte, so this is the sha our limiter uses (Script::from_lua).
-if command -v sha1sum >/dev/null 2>&1; then
-    file_sha=$(sha1sum src/store/redis/script.lua | cut -d" " -f1)
-    [ "$SHA" = "$file_sha" ] || die "loaded sha $SHA is not the file's $file_sha"
+# Loads a script file on port $1; prints its sha, checked against the file's.
+load_script() {
+    local sha file_sha
+    sha=$(redis-cli -p "$1" -x SCRIPT LOAD <"$2")
+    [[ $sha =~ ^[0-9a-f]{40}$ ]] || die "SCRIPT LOAD of $2 failed: $sha"
+    # -x sends the file byte for byte, so this is the sha our limiter uses (Script::from_lua).
+    if command -v sha1sum >/dev/null 2>&1; then
+        file_sha=$(sha1sum "$2" | cut -d" " -f1)
+        [ "$sha" = "$file_sha" ] || die "loaded sha $sha is not the file's $file_sha"
+    fi
+    echo "$sha"
+}
+SHA=$(load_script "$PORT" src/store/redis/script.lua)
+LEAN_SHA=$(load_script "$PORT" benches/lean.lua)
+BASE_SHA=
+if [ -n "$BASE_SCRIPT" ]; then BASE_SHA=$(load_script "$PORT" "$BASE_SCRIPT"); fi
+
+# --- the cluster (CLUSTER=1) -------------------------------------------------------------
+CLUSTER_PORTS=()
+CLUSTER_PIDS=()
+CLUSTER_URL=
+if [ "$CLUSTER" = 1 ]; then
+    for _ in 1 2 3; do
+        start_redis --cluster-enabled yes --cluster-config-file nodes.conf \
+            --cluster-node-timeout 1000 || die "could not start a cluster node"
+        CLUSTER_PORTS+=("$STARTED_PORT")
+        CLUSTER_PIDS+=("$STARTED_PID")
+    done
+    addrs=()
+    for p in "${CLUSTER_PORTS[@]}"; do addrs+=("127.0.0.1:$p"); done
+    redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes >"$TMP/cluster.log" 2>&1 ||
+        die "redis-cli --cluster create failed: $(cat "$TMP/cluster.log")"
+    for _ in $(seq 600); do
+        ok=1
+        for p in "${CLUSTER_PORTS[@]}"; do
+            redis-cli -p "$p" CLUSTER INFO | grep -q cluster_state:ok || ok=0
+        done
+        [ "$ok" = 1 ] && break
+        sleep 0.05
+    done
+    [ "$ok" = 1 ] || die "the cluster never reached state ok"
+    CLUSTER_URL="redis-cluster://${addrs[0]}?node=${addrs[1]}&node=${addrs[2]}"
+    log "cluster of three masters on ports ${CLUSTER_PORTS[*]}"
 fi
+# On the cluster: the master that holds a key (its index in CLUSTER_PORTS).
+owner_of() {
+    local slot i line
+    slot=$(redis-cli -p "${CLUSTER_PORTS[0]}" CLUSTER KEYSLOT "$1")
+    for i in "${!CLUSTER_PORTS[@]}"; do
+        line=$(redis-cli -p "${CLUSTER_PORTS[$i]}" CLUSTER NODES | grep myself)
+        for range in $(echo "$line" | cut -d" " -f9-); do
+            lo=${range%-*}
+            hi=${range#*-}
+            if [ "$slot" -ge "$lo" ] && [ "$slot" -le "$hi" ]; then
+                echo "$i"
+                return
+            fi
+        done
+    done
+}
 
 # --- helpers -----------------------------------------------------------------------------
-# A field of INFO commandstats: stat name (evalsha), field (calls, failed_calls, ...).
-cmdstat() {
-    cli INFO commandstats | tr -d '\r' |
-        awk -F'[:,=]' -v s="cmdstat_$1" -v f="$2" '
+# A field of INFO commandstats on port $1: stat name (evalsha), field (calls, usec_per_call..).
+cmdstat_on() {
+    redis-cli -p "$1" INFO commandstats | tr -d '\r' |
+        awk -F'[:,=]' -v s="cmdstat_$2" -v f="$3" '
             $1 == s { for (i = 2; i < NF; i += 2) if ($i == f) v = $(i + 1) }
             END { print v + 0 }'
 }
-errors_total() {
-    cli INFO errorstats | tr -d '\r' | awk -F'[:,=]' '/^errorstat_/ { n += $3 } END { print n + 0 }'
+cmdstat() { cmdstat_on "$PORT" "$@"; }
+errors_total_on() {
+    redis-cli -p "$1" INFO errorstats | tr -d '\r' |
+        awk -F'[:,=]' '/^errorstat_/ { n += $3 } END { print n + 0 }'
 }
-# CPU seconds (user + system) used so far by process $1.
+# CPU seconds (user + system) used so far by processes "$@".
 cpu_seconds() {
-    awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); print ($12 + $13) / hz }' "/proc/$1/stat"
+    local pid
+    for pid in "$@"; do cat "/proc/$pid/stat"; done |
+        awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); s += ($12 + $13) / hz } END { print s }'
 }
 now() { date +%s.%N; }
 div() { awk -v a="$1" -v b="$2" -v f="${3:-%.2f}" 'BEGIN { if (b > 0) printf f, a / b; else print "n/a" }'; }
@@ -169,83 +260,142 @@ timed_client() {
 }
 
 bench_args=(3 rate_limit:user:__rand_int__ rate_limit:endpoint:/bench rate_limit:global
-    "" "$WINDOW_US" 1 "$HUGE" "$HUGE" "$HUGE")
-redis_benchmark() { # concurrency, requests
-    "${client_pin[@]}" redis-benchmark -p "$PORT" -c "$1" -n "$2" -P 1 -r "$USERS" --csv \
-        EVALSHA "$SHA" "${bench_args[@]}"
+    "" "$WINDOW_US" "$COST" "$HUGE" "$HUGE" "$HUGE")
+redis_benchmark() { # sha, concurrency, requests
+    "${client_pin[@]}" redis-benchmark -p "$PORT" -c "$2" -n "$3" -P 1 -r "$USERS" --csv \
+        EVALSHA "$1" "${bench_args[@]}"
 }
 
 # --- runs --------------------------------------------------------------------------------
 mkdir -p "$RESULTS"
 CSV=$TMP/redis.csv
-echo "run,client,concurrency,rep,checks,checks_per_sec,p50_us,p99_us,evalsha_per_check,client_cpu_us_per_check,redis_cpu_us_per_check,redis_cpu" >"$CSV"
-log "$REPS x concurrency {$CONCURRENCY} x {ours, redis-benchmark}: $WARMUP warm-up +" \
-    "$CHECKS timed checks each; pinning: $pinning"
+echo "run,client,concurrency,rep,checks,checks_per_sec,p50_us,p99_us,evalsha_per_check,client_cpu_us_per_check,redis_cpu_us_per_check,redis_cpu,usec_per_call" >"$CSV"
+clients="ours"
+for l in $LIMITERS; do [ "$l" = 1 ] || clients="$clients ours-x$l"; done
+[ "$CLUSTER" = 1 ] && clients="$clients ours-cluster"
+clients="$clients rb-lean rb-script"
+[ -n "$BASE_SHA" ] && clients="$clients rb-base"
+log "$REPS x concurrency {$CONCURRENCY} x {$clients}: $WARMUP warm-up + $CHECKS timed" \
+    "checks each; pinning: $pinning"
 
-# Checks that Redis ran every EVALSHA without error since the last CONFIG RESETSTAT.
+# Checks that Redis on ports "$@" ran every EVALSHA without error since CONFIG RESETSTAT.
 no_failures() {
-    local failed
-    failed=$(($(cmdstat evalsha failed_calls) + $(cmdstat evalsha rejected_calls) + $(errors_total)))
-    [ "$failed" -eq 0 ] || die "$1: $failed EVALSHA calls failed in Redis"
+    local what=$1 failed=0 p
+    shift
+    for p in "$@"; do
+        failed=$((failed + $(cmdstat_on "$p" evalsha failed_calls) +
+            $(cmdstat_on "$p" evalsha rejected_calls) + $(errors_total_on "$p")))
+    done
+    [ "$failed" -eq 0 ] || die "$what: $failed EVALSHA calls failed in Redis"
+}
+
+# ours: bench_redis against the URL $2 (its servers: SERVER_PORTS, SERVER_PIDS) with $3
+# limiters; label $1; concurrency $c.
+ours_run() {
+    local label=$1 url=$2 limiters=$3 ports=("${SERVER_PORTS[@]}") p evalsha=0 upc_sum=0
+    run=$((run + 1))
+    for p in "${ports[@]}"; do
+        redis-cli -p "$p" FLUSHALL >/dev/null
+        redis-cli -p "$p" CONFIG RESETSTAT >/dev/null
+    done
+    r0=$(cpu_seconds "${SERVER_PIDS[@]}")
+    t0=$(now)
+    timed_client "$TMP/ours.out" "${client_pin[@]}" "$BIN" --redis "$url" \
+        --concurrency "$c" --checks "$CHECKS" --warmup "$WARMUP" --users "$USERS" \
+        --window 1s --time-source "$TIME_SOURCE" --timeout "$TIMEOUT" --workers "$WORKERS" \
+        --limiters "$limiters" --cost "$COST" ||
+        die "$label, concurrency $c: the client failed"
+    t1=$(now)
+    r1=$(cpu_seconds "${SERVER_PIDS[@]}")
+    no_failures "$label, concurrency $c" "${ports[@]}"
+    line=$(grep '^result ' "$TMP/ours.out") || die "$label: no result line"
+    rps=$(sed -n 's/.* checks_per_sec=\([^ ]*\).*/\1/p' <<<"$line")
+    p50=$(sed -n 's/.* p50_us=\([^ ]*\).*/\1/p' <<<"$line")
+    p99=$(sed -n 's/.* p99_us=\([^ ]*\).*/\1/p' <<<"$line")
+    total=$(sed -n 's/.* total_checks=\([^ ]*\).*/\1/p' <<<"$line")
+    # On a cluster a check is one EVALSHA per tier, on its key's master; usec_per_call is
+    # then the calls' mean (per script run, not per check).
+    for p in "${ports[@]}"; do
+        calls=$(cmdstat_on "$p" evalsha calls)
+        evalsha=$((evalsha + calls))
+        upc_sum=$(awk -v a="$upc_sum" -v n="$calls" -v u="$(cmdstat_on "$p" evalsha usec_per_call)" \
+            'BEGIN { print a + n * u }')
+    done
+    upc=$(div "$upc_sum" "$evalsha")
+    per_check=$(div "$evalsha" "$total" %.3f)
+    client_us=$(awk -v a="$CLIENT_CPU" -v n="$total" 'BEGIN { printf "%.2f", a / n * 1e6 }')
+    redis_us=$(awk -v a="$r0" -v b="$r1" -v n="$total" 'BEGIN { printf "%.2f", (b - a) / n * 1e6 }')
+    redis_cpu=$(awk -v a="$r0" -v b="$r1" -v s="$t0" -v e="$t1" 'BEGIN { printf "%.2f", (b - a) / (e - s) }')
+    echo "$run,$label,$c,$rep,$CHECKS,$rps,$p50,$p99,$per_check,$client_us,$redis_us,$redis_cpu,$upc" >>"$CSV"
+    log "run $run $label c=$c: $rps checks/s, p99 $p99 µs; $evalsha EVALSHA / $total checks =" \
+        "$per_check; CPU µs per check: client $client_us, redis $redis_us; usec_per_call $upc"
+}
+
+# redis-benchmark on the script $2 (sha); label $1; concurrency $c.
+rb_run() {
+    local label=$1 sha=$2
+    run=$((run + 1))
+    cli FLUSHALL >/dev/null
+    if [ "$WARMUP" -gt 0 ]; then
+        redis_benchmark "$sha" "$c" "$WARMUP" >/dev/null 2>"$TMP/rb.err" ||
+            die "redis-benchmark warm-up failed: $(cat "$TMP/rb.err")"
+    fi
+    cli CONFIG RESETSTAT >/dev/null
+    r0=$(cpu_seconds "$REDIS_PID")
+    t0=$(now)
+    timed_client "$TMP/rb.out" redis_benchmark "$sha" "$c" "$CHECKS" ||
+        die "redis-benchmark ($label), concurrency $c failed"
+    t1=$(now)
+    r1=$(cpu_seconds "$REDIS_PID")
+    no_failures "redis-benchmark ($label), concurrency $c" "$PORT"
+    # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+    read -r rps p50 p99 < <(awk -F'","' 'NR == 2 {
+        printf "%s %.0f %.0f\n", $2, $5 * 1000, $7 * 1000 }' "$TMP/rb.out")
+    [ -n "${rps:-}" ] || die "redis-benchmark: no csv line: $(cat "$TMP/rb.out" "$TMP/rb.out.err")"
+    evalsha=$(cmdstat evalsha calls)
+    [ "$evalsha" -eq "$CHECKS" ] || die "redis-benchmark: $evalsha EVALSHA calls, not $CHECKS"
+    upc=$(cmdstat evalsha usec_per_call)
+    client_us=$(awk -v a="$CLIENT_CPU" -v n="$CHECKS" 'BEGIN { printf "%.2f", a / n * 1e6 }')
+    redis_us=$(awk -v a="$r0" -v b="$r1" -v n="$CHECKS" 'BEGIN { printf "%.2f", (b - a) / n * 1e6 }')
+    redis_cpu=$(awk -v a="$r0" -v b="$r1" -v s="$t0" -v e="$t1" 'BEGIN { printf "%.2f", (b - a) / (e - s) }')
+    echo "$run,$label,$c,$rep,$CHECKS,$rps,$p50,$p99,1.000,$client_us,$redis_us,$redis_cpu,$upc" >>"$CSV"
+    log "run $run $label c=$c: $rps EVALSHA/s, p99 $p99 µs; CPU µs per check:" \
+        "client $client_us, redis $redis_us; usec_per_call $upc"
 }
 
 run=0
 for rep in $(seq "$REPS"); do
     for c in $CONCURRENCY; do
-        # ours: warm-up and timed checks in one process; Redis CPU and EVALSHA calls over both.
-        run=$((run + 1))
-        cli FLUSHALL >/dev/null
-        cli CONFIG RESETSTAT >/dev/null
-        r0=$(cpu_seconds "$REDIS_PID")
-        t0=$(now)
-        timed_client "$TMP/ours.out" "${client_pin[@]}" "$BIN" --redis "redis://127.0.0.1:$PORT" \
-            --concurrency "$c" --checks "$CHECKS" --warmup "$WARMUP" --users "$USERS" \
-            --window 1s --time-source "$TIME_SOURCE" --timeout "$TIMEOUT" --workers "$WORKERS" ||
-            die "ours, concurrency $c: the client failed"
-        t1=$(now)
-        r1=$(cpu_seconds "$REDIS_PID")
-        no_failures "ours, concurrency $c"
-        line=$(grep '^result ' "$TMP/ours.out") || die "ours: no result line"
-        rps=$(sed -n 's/.* checks_per_sec=\([^ ]*\).*/\1/p' <<<"$line")
-        p50=$(sed -n 's/.* p50_us=\([^ ]*\).*/\1/p' <<<"$line")
-        p99=$(sed -n 's/.* p99_us=\([^ ]*\).*/\1/p' <<<"$line")
-        total=$(sed -n 's/.* total_checks=\([^ ]*\).*/\1/p' <<<"$line")
-        evalsha=$(cmdstat evalsha calls)
-        per_check=$(div "$evalsha" "$total" %.3f)
-        client_us=$(awk -v a="$CLIENT_CPU" -v n="$total" 'BEGIN { printf "%.2f", a / n * 1e6 }')
-        redis_us=$(awk -v a="$r0" -v b="$r1" -v n="$total" 'BEGIN { printf "%.2f", (b - a) / n * 1e6 }')
-        redis_cpu=$(awk -v a="$r0" -v b="$r1" -v s="$t0" -v e="$t1" 'BEGIN { printf "%.2f", (b - a) / (e - s) }')
-        echo "$run,ours,$c,$rep,$CHECKS,$rps,$p50,$p99,$per_check,$client_us,$redis_us,$redis_cpu" >>"$CSV"
-        log "run $run ours c=$c: $rps checks/s, p99 $p99 µs; $evalsha EVALSHA / $total checks =" \
-            "$per_check; CPU µs per check: client $client_us, redis $redis_us"
-
-        # redis-benchmark: a warm-up run, then the timed one; Redis CPU over the timed one.
-        run=$((run + 1))
-        cli FLUSHALL >/dev/null
-        if [ "$WARMUP" -gt 0 ]; then
-            redis_benchmark "$c" "$WARMUP" >/dev/null 2>"$TMP/rb.err" ||
-                die "redis-benchmark warm-up failed: $(cat "$TMP/rb.err")"
+        SERVER_PORTS=("$PORT")
+        SERVER_PIDS=("$REDIS_PID")
+        for l in $LIMITERS; do
+            label=ours
+            [ "$l" = 1 ] || label=ours-x$l
+            ours_run "$label" "redis://127.0.0.1:$PORT" "$l"
+        done
+        if [ "$CLUSTER" = 1 ]; then
+            SERVER_PORTS=("${CLUSTER_PORTS[@]}")
+            SERVER_PIDS=("${CLUSTER_PIDS[@]}")
+            # Per master: CPU during the run, to see which one is the ceiling.
+            n0=()
+            for pid in "${CLUSTER_PIDS[@]}"; do n0+=("$(cpu_seconds "$pid")"); done
+            s0=$(now)
+            ours_run ours-cluster "$CLUSTER_URL" 1
+            s1=$(now)
+            shares=()
+            for i in "${!CLUSTER_PIDS[@]}"; do
+                shares+=("$(awk -v a="${n0[$i]}" -v b="$(cpu_seconds "${CLUSTER_PIDS[$i]}")" \
+                    -v s="$s0" -v e="$s1" 'BEGIN { printf "%.2f", (b - a) / (e - s) }')")
+            done
+            log "cluster c=$c: CPU share per master ${shares[*]}; rate_limit:global on master" \
+                "$(owner_of rate_limit:global), rate_limit:endpoint:/bench on master" \
+                "$(owner_of rate_limit:endpoint:/bench)"
+            echo "$c,$rep,${shares[*]},$(owner_of rate_limit:global),$(owner_of rate_limit:endpoint:/bench)" \
+                >>"$TMP/cluster_shares.csv"
         fi
-        cli CONFIG RESETSTAT >/dev/null
-        r0=$(cpu_seconds "$REDIS_PID")
-        t0=$(now)
-        timed_client "$TMP/rb.out" redis_benchmark "$c" "$CHECKS" ||
-            die "redis-benchmark, concurrency $c failed"
-        t1=$(now)
-        r1=$(cpu_seconds "$REDIS_PID")
-        no_failures "redis-benchmark, concurrency $c"
-        # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
-        read -r rps p50 p99 < <(awk -F'","' 'NR == 2 {
-            printf "%s %.0f %.0f\n", $2, $5 * 1000, $7 * 1000 }' "$TMP/rb.out")
-        [ -n "${rps:-}" ] || die "redis-benchmark: no csv line: $(cat "$TMP/rb.out" "$TMP/rb.out.err")"
-        evalsha=$(cmdstat evalsha calls)
-        [ "$evalsha" -eq "$CHECKS" ] || die "redis-benchmark: $evalsha EVALSHA calls, not $CHECKS"
-        client_us=$(awk -v a="$CLIENT_CPU" -v n="$CHECKS" 'BEGIN { printf "%.2f", a / n * 1e6 }')
-        redis_us=$(awk -v a="$r0" -v b="$r1" -v n="$CHECKS" 'BEGIN { printf "%.2f", (b - a) / n * 1e6 }')
-        redis_cpu=$(awk -v a="$r0" -v b="$r1" -v s="$t0" -v e="$t1" 'BEGIN { printf "%.2f", (b - a) / (e - s) }')
-        echo "$run,redis-benchmark,$c,$rep,$CHECKS,$rps,$p50,$p99,1.000,$client_us,$redis_us,$redis_cpu" >>"$CSV"
-        log "run $run redis-benchmark c=$c: $rps EVALSHA/s, p99 $p99 µs; CPU µs per check:" \
-            "client $client_us, redis $redis_us"
+        rb_run rb-lean "$LEAN_SHA"
+        rb_run rb-script "$SHA"
+        if [ -n "$BASE_SHA" ]; then rb_run rb-base "$BASE_SHA"; fi
     done
 done
 
@@ -259,38 +409,80 @@ cli FLUSHALL >/dev/null
 col() { # client, concurrency, column -> values
     awk -F, -v k="$1" -v c="$2" -v n="$3" 'NR > 1 && $2 == k && $3 == c { print $n }' "$CSV"
 }
+# Median over the reps of the per-rep ratio of column $3 of client $1 to client $2.
+ratio() {
+    awk -F, -v a="$1" -v b="$2" -v c="$4" -v n="$3" '
+        NR > 1 && $3 == c && $2 == a { x[$4] = $n }
+        NR > 1 && $3 == c && $2 == b { y[$4] = $n }
+        END { for (r in x) if (y[r] > 0) print x[r] / y[r] }' "$CSV" | median |
+        awk '{ if ($1 == "nan") print "n/a"; else printf "%.2f", $1 }'
+}
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then commit="$commit+dirty"; fi
 cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 redis_version=$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')
 {
-    echo "# Redis: our limiter vs redis-benchmark on the same script"
+    echo "# Redis: our limiter vs redis-benchmark on the lean script and on ours"
     echo
     echo "$(date -u +%Y-%m-%dT%H:%M:%SZ), commit $commit, $(nproc) CPUs ($cpu_model), redis-server $redis_version."
-    echo "\`benches/redis.sh\`: src/store/redis/script.lua (sha $SHA), 3 tiers, 1 s window, limits never"
-    echo "reached, $USERS users; $WARMUP warm-up then $CHECKS timed checks per run, $REPS runs per"
-    echo "cell interleaved, medians; our time source: $TIME_SOURCE. Pinning: $pinning."
+    echo "\`benches/redis.sh\`: src/store/redis/script.lua (sha $SHA), benches/lean.lua (sha"
+    echo "$LEAN_SHA), 3 tiers, 1 s window, limits never reached, $USERS users, cost $COST (ours);"
+    echo "$WARMUP warm-up then $CHECKS timed checks per run, $REPS runs per cell interleaved,"
+    echo "medians; our time source: $TIME_SOURCE. Pinning: $pinning."
     echo
-    echo "| concurrency | ours checks/s | redis-benchmark EVALSHA/s | ours / redis-benchmark | p99 µs, ours | p99 µs, redis-benchmark | Redis CPU µs per check, ours | Redis CPU µs per check, redis-benchmark | client CPU µs per check, ours | client CPU µs per check, redis-benchmark | EVALSHA per check, ours |"
-    echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| concurrency | client | checks/s | p99 µs | Redis CPU µs per check | usec_per_call (EVALSHA) | client CPU µs per check | EVALSHA per check | Redis CPU share |"
+    echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|"
     for c in $CONCURRENCY; do
-        ours=$(col ours "$c" 6 | median)
-        rb=$(col redis-benchmark "$c" 6 | median)
-        printf '| %s | %.0f | %.0f | %s | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f | %s |\n' \
-            "$c" "$ours" "$rb" "$(div "$ours" "$rb")" \
-            "$(col ours "$c" 8 | median)" "$(col redis-benchmark "$c" 8 | median)" \
-            "$(col ours "$c" 11 | median)" "$(col redis-benchmark "$c" 11 | median)" \
-            "$(col ours "$c" 10 | median)" "$(col redis-benchmark "$c" 10 | median)" \
-            "$(col ours "$c" 9 | median)"
+        for k in $clients; do
+            printf '| %s | %s | %.0f | %.0f | %.2f | %.2f | %.2f | %s | %.2f |\n' "$c" "$k" \
+                "$(col "$k" "$c" 6 | median)" "$(col "$k" "$c" 8 | median)" \
+                "$(col "$k" "$c" 11 | median)" "$(col "$k" "$c" 13 | median)" \
+                "$(col "$k" "$c" 10 | median)" "$(col "$k" "$c" 9 | median)" \
+                "$(col "$k" "$c" 12 | median)"
+        done
     done
     echo
-    echo "Ours: one RateLimiter (one fred connection; the commands of concurrent checks are"
-    echo "pipelined on it) driven by N tokio tasks on $WORKERS worker thread(s). redis-benchmark:"
-    echo "N connections, one command in flight on each (-P 1). EVALSHA per check: INFO"
-    echo "commandstats over our run, warm-up included. CPU per check: user + system CPU time of"
-    echo "redis-server, and of the client process, divided by the checks (for ours over its whole"
-    echo "process, warm-up and connection included). Raw runs: benches/results/redis.csv (redis_cpu:"
-    echo "redis-server's CPU use in cores; near 1 = Redis was the bottleneck)."
+    echo "Ratios (median over the rounds of each round's ratio):"
+    echo
+    echo "| concurrency | ours / rb-lean, checks/s | rb-script / rb-lean, EVALSHA/s | rb-script / rb-lean, usec_per_call | ours / rb-lean, Redis CPU per check |"
+    echo "|---:|---:|---:|---:|---:|"
+    for c in $CONCURRENCY; do
+        echo "| $c | $(ratio ours rb-lean 6 "$c") | $(ratio rb-script rb-lean 6 "$c") |" \
+            "$(ratio rb-script rb-lean 13 "$c") | $(ratio ours rb-lean 11 "$c") |"
+    done
+    if [ -n "$BASE_SHA" ]; then
+        echo
+        echo "rb-base: $BASE_SCRIPT (sha $BASE_SHA)."
+        echo
+        echo "| concurrency | rb-script / rb-base, EVALSHA/s | rb-script / rb-base, usec_per_call |"
+        echo "|---:|---:|---:|"
+        for c in $CONCURRENCY; do
+            echo "| $c | $(ratio rb-script rb-base 6 "$c") | $(ratio rb-script rb-base 13 "$c") |"
+        done
+    fi
+    for k in $clients; do
+        case $k in ours-x* | ours-cluster)
+            echo
+            echo "$k / ours, checks/s: $(for c in $CONCURRENCY; do printf '%s at %s; ' "$(ratio "$k" ours 6 "$c")" "$c"; done)"
+            ;;
+        esac
+    done
+    if [ -f "$TMP/cluster_shares.csv" ]; then
+        echo
+        echo "Cluster, CPU share of each master per run (concurrency, round, shares, master of"
+        echo "rate_limit:global, master of rate_limit:endpoint:/bench):"
+        echo
+        sed 's/^/    /' "$TMP/cluster_shares.csv"
+    fi
+    echo
+    echo "ours: RateLimiter (one fred connection per limiter; the commands of concurrent checks"
+    echo "are pipelined on it) driven by N tokio tasks on $WORKERS worker thread(s). rb-*:"
+    echo "redis-benchmark, N connections, one command in flight on each (-P 1). EVALSHA per"
+    echo "check: INFO commandstats over the run, warm-up included. usec_per_call: Redis's time"
+    echo "inside EVALSHA per call (no network). CPU per check: user + system CPU time of"
+    echo "redis-server (all masters for the cluster), and of the client process, divided by the"
+    echo "checks. Raw runs: benches/results/redis.csv (redis_cpu: redis-server's CPU use in cores;"
+    echo "near 1 = Redis was the bottleneck)."
 } >"$TMP/redis.md"
 cp "$CSV" "$RESULTS/redis.csv"
 cp "$TMP/redis.md" "$RESULTS/redis.md"

@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release --example bench_redis -- --redis redis://127.0.0.1:6379 \
 //!     [--concurrency 16] [--checks 200000] [--warmup 20000] [--users 10000] [--window 1s] \
-//!     [--time-source app|redis] [--timeout 1s] [--workers 1]
+//!     [--time-source app|redis] [--timeout 1s] [--workers 1] [--limiters 1] [--cost 1]
 //! ```
 //!
 //! One `RateLimiter::connect(config)` on the Redis URL, three tiers on (user, endpoint `/bench`,
@@ -11,6 +11,8 @@
 //! `i` is made by user `i % users` (named with 12 digits, `000000001234`, the shape
 //! redis-benchmark's `__rand_int__` gives), so no user key grows large. `--concurrency` tokio
 //! tasks share the checks; first `--warmup` checks, untimed, then `--checks` timed ones.
+//! `--limiters N` connects N limiters (N connections, as N app instances would) and task `t`
+//! checks through limiter `t % N`; `--cost N` makes every check spend N units (`check_n`).
 //!
 //! Prints one line, `result key=value ...`, with the checks made in all (warm-up included: the
 //! script divides EVALSHA calls by it), the timed rate and the latency percentiles. Exits
@@ -27,7 +29,7 @@ use tiered_ratelimit::{Backend, RateLimitConfig, RateLimiter, TimeSource};
 const USAGE: &str = "\
 usage: bench_redis --redis URL [--concurrency N] [--checks N] [--warmup N] [--users N]
                    [--window DURATION] [--time-source app|redis] [--timeout DURATION]
-                   [--workers N]
+                   [--workers N] [--limiters N] [--cost N]
 
   --redis URL              the Redis to use (required)
   --concurrency N          tokio tasks checking at once (default 16)
@@ -39,6 +41,8 @@ usage: bench_redis --redis URL [--concurrency N] [--checks N] [--warmup N] [--us
   --timeout DURATION       Redis command timeout (default 1s; 100ms is the crate's default, a
                            busy machine can exceed it and the limiter would fall back)
   --workers N              tokio worker threads (default 1)
+  --limiters N             limiters (connections) sharing the tasks (default 1)
+  --cost N                 units each check spends (default 1)
 ";
 
 /// Limits never reached: every check takes the admitted path.
@@ -55,6 +59,8 @@ struct Args {
     time_source: TimeSource,
     timeout: Duration,
     workers: usize,
+    limiters: usize,
+    cost: u64,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -68,6 +74,8 @@ fn parse_args() -> Result<Args, String> {
         time_source: TimeSource::App,
         timeout: Duration::from_secs(1),
         workers: 1,
+        limiters: 1,
+        cost: 1,
     };
     let mut argv = std::env::args().skip(1);
     while let Some(flag) = argv.next() {
@@ -90,6 +98,8 @@ fn parse_args() -> Result<Args, String> {
             "--window" => args.window = duration(&value)?,
             "--timeout" => args.timeout = duration(&value)?,
             "--workers" => args.workers = count(&value)?,
+            "--limiters" => args.limiters = count(&value)?,
+            "--cost" => args.cost = count(&value)? as u64,
             "--time-source" => {
                 args.time_source = match value.as_str() {
                     "app" => TimeSource::App,
@@ -103,8 +113,20 @@ fn parse_args() -> Result<Args, String> {
     if args.redis.is_empty() {
         return Err("--redis is required".into());
     }
-    if args.concurrency == 0 || args.users == 0 || args.workers == 0 || args.checks == 0 {
-        return Err("--concurrency, --checks, --users and --workers must be positive".into());
+    if [
+        args.concurrency,
+        args.users,
+        args.workers,
+        args.checks,
+        args.limiters,
+    ]
+    .contains(&0)
+        || args.cost == 0
+    {
+        return Err(
+            "--concurrency, --checks, --users, --workers, --limiters and --cost must be positive"
+                .into(),
+        );
     }
     Ok(args)
 }
@@ -117,18 +139,19 @@ struct Phase {
     denied: usize,
 }
 
-/// `total` checks from `concurrency` tasks at once; check `first + k` by user `(first + k) % users`.
+/// `total` checks of `cost` from `concurrency` tasks at once, task `t` through limiter
+/// `t % limiters.len()`; check `first + k` by user `(first + k) % users`.
 async fn phase(
-    limiter: &RateLimiter,
+    limiters: &[RateLimiter],
     users: &Arc<Vec<String>>,
-    concurrency: usize,
+    (concurrency, cost): (usize, u64),
     first: usize,
     total: usize,
 ) -> Result<Phase, String> {
     let start = Instant::now();
     let mut tasks = Vec::with_capacity(concurrency);
     for t in 0..concurrency {
-        let limiter = limiter.clone();
+        let limiter = limiters[t % limiters.len()].clone();
         let users = users.clone();
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::with_capacity(total / concurrency + 1);
@@ -137,7 +160,7 @@ async fn phase(
             for k in (t..total).step_by(concurrency) {
                 let user = &users[(first + k) % users.len()];
                 let begin = Instant::now();
-                let decision = limiter.check(user, ENDPOINT).await;
+                let decision = limiter.check_n(user, ENDPOINT, cost).await;
                 let us = begin.elapsed().as_micros();
                 latencies.push(u32::try_from(us).unwrap_or(u32::MAX));
                 if !decision.allowed() {
@@ -180,19 +203,24 @@ async fn run(args: Args) -> Result<(), String> {
         .redis_time_source(args.time_source)
         .build()
         .map_err(|e| format!("config: {e}"))?;
-    let limiter = RateLimiter::connect(config).await;
-    if limiter.backend() != Backend::Redis {
-        return Err(format!("could not use Redis at {}", args.redis));
+    let mut limiters = Vec::with_capacity(args.limiters);
+    for _ in 0..args.limiters {
+        let limiter = RateLimiter::connect(config.clone()).await;
+        if limiter.backend() != Backend::Redis {
+            return Err(format!("could not use Redis at {}", args.redis));
+        }
+        limiters.push(limiter);
     }
+    let load = (args.concurrency, args.cost);
     let users: Arc<Vec<String>> = Arc::new((0..args.users).map(|i| format!("{i:012}")).collect());
 
     let warm = if args.warmup > 0 {
-        Some(phase(&limiter, &users, args.concurrency, 0, args.warmup).await?)
+        Some(phase(&limiters, &users, load, 0, args.warmup).await?)
     } else {
         None
     };
-    let mut timed = phase(&limiter, &users, args.concurrency, args.warmup, args.checks).await?;
-    if limiter.backend() != Backend::Redis {
+    let mut timed = phase(&limiters, &users, load, args.warmup, args.checks).await?;
+    if limiters.iter().any(|l| l.backend() != Backend::Redis) {
         return Err(
             "the limiter fell back to memory during the run (a Redis error or a check \
              slower than --timeout): these are not Redis figures"
@@ -218,7 +246,7 @@ async fn run(args: Args) -> Result<(), String> {
         percentile(&timed.latencies_us, 50.0),
         percentile(&timed.latencies_us, 99.0),
         timed.latencies_us.last().copied().unwrap_or(0),
-        limiter.backend(),
+        limiters[0].backend(),
     );
     Ok(())
 }
