@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Instructions Redis executes per EVALSHA of a script, counted by valgrind's callgrind: a
+# measure of a script's cost that a busy machine cannot blur (timings can).
+#
+#   benches/redis_callgrind.sh                          # benches/lean.lua and our script
+#   benches/redis_callgrind.sh old.lua src/store/redis/script.lua
+#   COST=5 benches/redis_callgrind.sh                   # requests of cost 5
+#   TOP=25 benches/redis_callgrind.sh                   # and where the instructions go
+#
+# For each script: a redis-server of its own under callgrind on a free loopback port, the
+# script loaded, CALLS/2 EVALSHA calls to fill the window (untimed), the counters zeroed, CALLS
+# calls by redis-benchmark (-c 4, 1,000 users, the arguments of benches/redis.sh: three tiers,
+# Redis TIME, 1 s window, limits 2^40), the counters dumped. Prints, per script, the
+# instructions inside evalShaCommand per call (the script and the commands it runs) and in the
+# whole server per call (with reading and answering the command). Under callgrind Redis runs
+# about 50 times slower, so its 1 s window holds fewer entries than in benches/redis.sh; the
+# keys' sizes only change the O(log n) parts. Needs valgrind (Debian: apt-get install
+# valgrind). TOP=n also prints the n functions with the most instructions of their own.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+CALLS=${CALLS:-2000}
+COST=${COST:-1}
+TOP=${TOP:-0}
+if [ "$#" -eq 0 ]; then set -- benches/lean.lua src/store/redis/script.lua; fi
+for tool in valgrind callgrind_annotate callgrind_control redis-server redis-cli redis-benchmark; do
+    command -v "$tool" >/dev/null 2>&1 || {
+        echo "redis_callgrind.sh: $tool is not installed" >&2
+        exit 1
+    }
+done
+
+TMP=$(mktemp -d)
+VG_PID=
+cleanup() {
+    if [ -n "$VG_PID" ] && kill -0 "$VG_PID" 2>/dev/null; then kill -TERM "$VG_PID" 2>/dev/null || true; fi
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+# Own-instruction totals per function of a callgrind file, the top $2, per call ($3 calls).
+top_functions() {
+    python3 - "$1" "$2" "$3" <<'PY'
+import collections, re, sys
+names, own, fn, skip = {}, collections.Counter(), None, False
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"^(c?fn)=\((\d+)\)(?: (.*))?$", line.rstrip("\n"))
+    if m:
+        if m.group(3):
+            names[m.group(2)] = m.group(3)
+        if m.group(1) == "fn":
+            fn = names.get(m.group(2), m.group(2))
+        continue
+    if line.startswith("calls="):
+        skip = True
+        continue
+    if line[:1].isdigit() or line[:1] in "+-*":
+        parts = line.split()
+        if skip:
+            skip = False
+        elif len(parts) >= 2:
+            own[fn] += int(parts[1])
+total = sum(own.values())
+for f, c in own.most_common(int(sys.argv[2])):
+    print(f"  {c // int(sys.argv[3]):8d} {100 * c / total:5.1f}%  {f}")
+PY
+}
+
+for script in "$@"; do
+    port=
+    for _ in $(seq 20); do
+        p=$((20000 + RANDOM % 40000))
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+            port=$p
+            break
+        fi
+    done
+    [ -n "$port" ] || { echo "no free port" >&2; exit 1; }
+    dir=$TMP/$port
+    mkdir -p "$dir"
+    valgrind --tool=callgrind --callgrind-out-file="$dir/out" redis-server --port "$port" \
+        --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" --logfile "$dir/redis.log" \
+        >"$dir/valgrind.log" 2>&1 &
+    VG_PID=$!
+    for _ in $(seq 300); do
+        [ "$(redis-cli -p "$port" PING 2>/dev/null)" = PONG ] && break
+        sleep 0.1
+    done
+    sha=$(redis-cli -p "$port" -x SCRIPT LOAD <"$script")
+    args=(3 rate_limit:user:__rand_int__ rate_limit:endpoint:/bench rate_limit:global ""
+        1000000 "$COST" 1099511627776 1099511627776 1099511627776)
+    redis-benchmark -p "$port" -c 4 -n $((CALLS / 2)) -P 1 -r 1000 EVALSHA "$sha" "${args[@]}" >/dev/null
+    callgrind_control -z "$VG_PID" >/dev/null
+    redis-benchmark -p "$port" -c 4 -n "$CALLS" -P 1 -r 1000 EVALSHA "$sha" "${args[@]}" >/dev/null
+    callgrind_control -d "$VG_PID" >/dev/null
+    failed=$(redis-cli -p "$port" INFO errorstats | grep -c '^errorstat_' || true)
+    redis-cli -p "$port" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
+    wait "$VG_PID" 2>/dev/null || true
+    VG_PID=
+    [ "$failed" -eq 0 ] || { echo "$script: EVALSHA errors" >&2; exit 1; }
+    dump=$dir/out.1
+    inside=$(callgrind_annotate --inclusive=yes "$dump" 2>/dev/null |
+        awk '/:evalShaCommand /{ gsub(",", "", $1); print $1 }')
+    whole=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/{ gsub(",", "", $1); print $1 }')
+    echo "$script cost=$COST: $((inside / CALLS)) instructions per EVALSHA inside the script," \
+        "$((whole / CALLS)) in the whole server"
+    if [ "$TOP" -gt 0 ]; then top_functions "$dump" "$TOP" "$CALLS"; fi
+done
