@@ -91,9 +91,9 @@ for script in "$@"; do
     args=(3 rate_limit:user:__rand_int__ rate_limit:endpoint:/bench rate_limit:global ""
         1000000 "$COST" 1099511627776 1099511627776 1099511627776)
     redis-benchmark -p "$port" -c 4 -n $((CALLS / 2)) -P 1 -r 1000 EVALSHA "$sha" "${args[@]}" >/dev/null
-    callgrind_control -z "$VG_PID" >/dev/null
+    callgrind_control -z "$VG_PID" >/dev/null 2>&1
     redis-benchmark -p "$port" -c 4 -n "$CALLS" -P 1 -r 1000 EVALSHA "$sha" "${args[@]}" >/dev/null
-    callgrind_control -d "$VG_PID" >/dev/null
+    callgrind_control -d "$VG_PID" >/dev/null 2>&1
     failed=$(redis-cli -p "$port" INFO errorstats | grep -c '^errorstat_' || true)
     redis-cli -p "$port" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
     wait "$VG_PID" 2>/dev/null || true

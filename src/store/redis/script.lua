@@ -53,17 +53,18 @@
 -- (ZREMRANGEBYSCORE, ZRANGE 0 0, ZCARD, ZADD, PEXPIRE) with no score read or formatted as a
 -- float; see docs/BENCHMARKS.md for what each piece costs.
 local call, format, byte, sub = redis.call, string.format, string.byte, string.sub
-local now
+local now, now_s
 if ARGV[1] == '' then
   if redis.replicate_commands then redis.replicate_commands() end
   local t = call('TIME')
   now = t[1] * 1000000 + t[2]
+  now_s = format('%d', now)
 else
-  now = tonumber(ARGV[1])
+  -- The client sends an integer in decimal (src/store/redis/script.rs).
+  now, now_s = tonumber(ARGV[1]), ARGV[1]
 end
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
-local now_s = format('%d', now)
 local cutoff = format('(%d', now - window)
 local REBASE_AT = 4503599627370496 -- 2^52
 
