@@ -8,6 +8,7 @@
 #   CONCURRENCY=64 LIMITERS="1 4" CLUSTER=1 benches/redis.sh   # many instances, a cluster
 #   BASE_SCRIPT=/tmp/old.lua benches/redis.sh          # also an older script, e.g.
 #                                     # git show main:src/store/redis/script.lua >/tmp/old.lua
+#   BASE_BIN=/tmp/bench_redis_old benches/redis.sh     # also ours as built at another commit
 #
 # The script starts its own redis-server on a free loopback port (--save "" --appendonly no),
 # killed on exit. For each concurrency (1, 16, 64) and each of REPS rounds, interleaved:
@@ -24,7 +25,9 @@
 #                    ZREMRANGEBYSCORE and ZCARD, deny on the first full tier, else ZADD +
 #                    PEXPIRE in every tier (no facts, no costs, no clamp);
 #   rb-script        redis-benchmark EVALSHA of src/store/redis/script.lua;
-#   rb-base          (BASE_SCRIPT=path) redis-benchmark EVALSHA of that script.
+#   rb-base          (BASE_SCRIPT=path) redis-benchmark EVALSHA of that script;
+#   ours-base        (BASE_BIN=path) examples/bench_redis built at another commit (with the
+#                    script of that commit), run like ours.
 #
 # redis-benchmark sends EVALSHA <sha> 3 rate_limit:user:__rand_int__ rate_limit:endpoint:/bench
 # rate_limit:global "" 1000000 COST 2^40 2^40 2^40, with -c N connections, -P 1 (no pipelining),
@@ -43,7 +46,7 @@
 #
 # Writes the table to stdout and benches/results/redis.md, every run to benches/results/redis.csv.
 # Settings (environment): CHECKS (200000), WARMUP (20000), CONCURRENCY ("1 16 64"), REPS (3),
-# USERS (10000), WORKERS (1), LIMITERS ("1"), CLUSTER (0), BASE_SCRIPT (none), REDIS_CPUS (0),
+# USERS (10000), WORKERS (1), LIMITERS ("1"), CLUSTER (0), BASE_SCRIPT, BASE_BIN (none), REDIS_CPUS (0),
 # CLIENT_CPUS (1), TIME_SOURCE (app: our limiter passes now; redis: it sends "" like
 # redis-benchmark), COST (1: units per check, ours and redis-benchmark), TIMEOUT (1s: our Redis command timeout;
 # a slower check would fall back to memory and fail the run), RESULTS (benches/results).
@@ -61,6 +64,7 @@ WORKERS=${WORKERS:-1}
 LIMITERS=${LIMITERS:-1}
 CLUSTER=${CLUSTER:-0}
 BASE_SCRIPT=${BASE_SCRIPT:-}
+BASE_BIN=${BASE_BIN:-}
 COST=${COST:-1}
 REDIS_CPUS=${REDIS_CPUS:-0}
 CLIENT_CPUS=${CLIENT_CPUS:-1}
@@ -273,6 +277,7 @@ echo "run,client,concurrency,rep,checks,checks_per_sec,p50_us,p99_us,evalsha_per
 clients="ours"
 for l in $LIMITERS; do [ "$l" = 1 ] || clients="$clients ours-x$l"; done
 [ "$CLUSTER" = 1 ] && clients="$clients ours-cluster"
+[ -n "$BASE_BIN" ] && clients="$clients ours-base"
 clients="$clients rb-lean rb-script"
 [ -n "$BASE_SHA" ] && clients="$clients rb-base"
 log "$REPS x concurrency {$CONCURRENCY} x {$clients}: $WARMUP warm-up + $CHECKS timed" \
@@ -289,10 +294,14 @@ no_failures() {
     [ "$failed" -eq 0 ] || die "$what: $failed EVALSHA calls failed in Redis"
 }
 
-# ours: bench_redis against the URL $2 (its servers: SERVER_PORTS, SERVER_PIDS) with $3
-# limiters; label $1; concurrency $c.
+# ours: bench_redis ($4, default BIN) against the URL $2 (its servers: SERVER_PORTS,
+# SERVER_PIDS) with $3 limiters; label $1; concurrency $c.
 ours_run() {
-    local label=$1 url=$2 limiters=$3 ports=("${SERVER_PORTS[@]}") p evalsha=0 upc_sum=0
+    local label=$1 url=$2 limiters=$3 bin=${4:-$BIN} ports=("${SERVER_PORTS[@]}") p evalsha=0 upc_sum=0
+    local extra=()
+    # Only when needed: a binary built at an older commit may not know these flags.
+    if [ "$limiters" != 1 ]; then extra+=(--limiters "$limiters"); fi
+    if [ "$COST" != 1 ]; then extra+=(--cost "$COST"); fi
     run=$((run + 1))
     for p in "${ports[@]}"; do
         redis-cli -p "$p" FLUSHALL >/dev/null
@@ -300,10 +309,10 @@ ours_run() {
     done
     r0=$(cpu_seconds "${SERVER_PIDS[@]}")
     t0=$(now)
-    timed_client "$TMP/ours.out" "${client_pin[@]}" "$BIN" --redis "$url" \
+    timed_client "$TMP/ours.out" "${client_pin[@]}" "$bin" --redis "$url" \
         --concurrency "$c" --checks "$CHECKS" --warmup "$WARMUP" --users "$USERS" \
         --window 1s --time-source "$TIME_SOURCE" --timeout "$TIMEOUT" --workers "$WORKERS" \
-        --limiters "$limiters" --cost "$COST" ||
+        "${extra[@]}" ||
         die "$label, concurrency $c: the client failed"
     t1=$(now)
     r1=$(cpu_seconds "${SERVER_PIDS[@]}")
@@ -373,6 +382,7 @@ for rep in $(seq "$REPS"); do
             [ "$l" = 1 ] || label=ours-x$l
             ours_run "$label" "redis://127.0.0.1:$PORT" "$l"
         done
+        if [ -n "$BASE_BIN" ]; then ours_run ours-base "redis://127.0.0.1:$PORT" 1 "$BASE_BIN"; fi
         if [ "$CLUSTER" = 1 ]; then
             SERVER_PORTS=("${CLUSTER_PORTS[@]}")
             SERVER_PIDS=("${CLUSTER_PIDS[@]}")
@@ -461,9 +471,15 @@ redis_version=$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')
         done
     fi
     for k in $clients; do
-        case $k in ours-x* | ours-cluster)
+        case $k in
+        ours-x* | ours-cluster)
             echo
             echo "$k / ours, checks/s: $(for c in $CONCURRENCY; do printf '%s at %s; ' "$(ratio "$k" ours 6 "$c")" "$c"; done)"
+            ;;
+        ours-base)
+            echo
+            echo "ours / ours-base ($BASE_BIN), checks/s: $(for c in $CONCURRENCY; do printf '%s at %s; ' "$(ratio ours "$k" 6 "$c")" "$c"; done)"
+            echo "ours / ours-base, Redis CPU per check: $(for c in $CONCURRENCY; do printf '%s at %s; ' "$(ratio ours "$k" 11 "$c")" "$c"; done)"
             ;;
         esac
     done
