@@ -275,11 +275,20 @@ impl RateLimiter {
     }
 
     /// The decision, made now, when the store answers without waiting ([`Store::check_now`]:
-    /// memory) or no tier applies; `None` when it has to wait (Redis, most custom stores):
-    /// then use [`check_request`](Self::check_request).
+    /// memory) or no tier applies; else the request's keys, worked out once and owned, for
+    /// [`finish`](Self::finish) to take to the store (the layer's path: its request's parts
+    /// are gone by the time a waiting store answers).
     #[inline]
-    pub(crate) fn check_now(&self, request: CheckRequest<'_>) -> Option<Decision> {
-        self.try_now(request).ok()
+    pub(crate) fn check_now(&self, request: CheckRequest<'_>) -> Result<Decision, Pending> {
+        self.try_now(request).map_err(|(now, keys)| Pending {
+            now,
+            keys: keys.into_owned(),
+        })
+    }
+
+    /// Takes a [`Pending`] check to the store that has to wait for it.
+    pub(crate) async fn finish(&self, pending: Pending) -> Decision {
+        self.check_remote(pending.now, pending.keys).await
     }
 
     /// The decision now if the store can give it; else the time and the request's keys, worked
@@ -356,4 +365,11 @@ impl RateLimiter {
             tracing::warn!(%error, %tier, "rate limit reset failed");
         }
     }
+}
+
+/// A check the store could not answer at once: its time and its keys, owned, so that it can
+/// wait in a `'static` future.
+pub(crate) struct Pending {
+    now: Duration,
+    keys: Keys<'static>,
 }
