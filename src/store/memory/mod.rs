@@ -270,10 +270,21 @@ impl Inner {
         let outcome = StoreOutcome::of_verdict(&verdict, tiers);
         // Denied: the logs are left as they were, and a key made for this check (`Held::New`)
         // is dropped with the guards, never inserted.
-        let Verdict::Admitted { records, .. } = verdict else {
-            return Ok(outcome);
-        };
-        // Admitted. New keys are inserted only now, and only within the cap.
+        if let Verdict::Admitted { records, .. } = verdict {
+            self.record(&mut held, records, req, now)?;
+        }
+        Ok(outcome)
+    }
+
+    /// Records an admitted request in the tiers that `records` it. New keys are inserted only
+    /// now, and only within the cap: `Err` names the first tier whose new key would pass it.
+    fn record(
+        &self,
+        held: &mut [Option<Held<'_>>; 3],
+        records: [bool; 3],
+        req: &StoreRequest<'_>,
+        now: u64,
+    ) -> Result<(), Tier> {
         let is_new = |h: &Option<Held<'_>>| matches!(h, Some(Held::New(..)));
         let mut new_keys = 0;
         let mut first_new = None;
@@ -283,10 +294,9 @@ impl Inner {
                 first_new = first_new.or(Some(i));
             }
         }
-        let new_keys_recorded = new_keys > 0;
         if let Some(first) = first_new {
             if !self.try_reserve(new_keys) {
-                return Err(tiers[first].tier);
+                return Err(req.tiers[first].tier);
             }
         }
         for (h, _) in held.iter_mut().zip(records).filter(|(_, r)| *r) {
@@ -297,7 +307,7 @@ impl Inner {
             let at = log.entries.back().map_or(now, |&b| b.max(now));
             log.record(at, req.cost);
         }
-        if new_keys_recorded {
+        if new_keys > 0 {
             for h in held.iter_mut() {
                 if let Some(Held::New(..)) = h {
                     if let Some(Held::New(new)) = h.take() {
@@ -309,7 +319,7 @@ impl Inner {
                 }
             }
         }
-        Ok(outcome)
+        Ok(())
     }
 
     /// Locks every tier's log (in `tiers`' order), always taking them user, endpoint, global.
