@@ -63,7 +63,9 @@ type CostFn = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
 ///   `Router::layer`, or this layer wrapped around a whole router from outside) uses one fixed
 ///   endpoint key, so random paths never create keys. [`endpoint`](Self::endpoint) replaces
 ///   this, for services other than axum (a gRPC method, say).
-/// - **Allowed:** the inner response, with `X-RateLimit-Remaining` and `Retry-After: 0` added.
+/// - **Allowed:** the inner response, with `X-RateLimit-Remaining` and `Retry-After: 0` added
+///   (allowed only by [shadow mode](crate::RateLimitConfigBuilder::shadow): `0` and the
+///   `Retry-After` enforcement would have sent; no tier applied: no rate-limit header).
 /// - **Denied:** `429 Too Many Requests` with `X-RateLimit-Remaining: 0`, `Retry-After: n`
 ///   (whole seconds, rounded up, at least 1) and a short RFC 9457 `application/problem+json`
 ///   body naming the violated policy (the tier); [`on_rejection`](Self::on_rejection) replaces

@@ -42,9 +42,9 @@ fn decide(outcome: Result<StoreOutcome, StoreError>, backend: &'static str) -> D
         Ok(StoreOutcome::Admitted {
             remaining,
             binding,
-            reset,
+            resets_in,
             shadow_denied: None,
-        }) => Decision::admit(remaining).with_binding(binding, reset),
+        }) => Decision::admit(remaining).with_binding(binding, resets_in),
         Ok(StoreOutcome::Admitted {
             shadow_denied: Some((tier, retry_after)),
             ..
@@ -76,7 +76,9 @@ impl Future for CheckFuture<'_> {
     }
 }
 
-struct Inner {
+/// What every clone of a [`RateLimiter`] shares: its configuration, clock, store, plan
+/// resolver and backend watcher.
+struct LimiterParts {
     config: RateLimitConfig,
     clock: Arc<dyn Clock>,
     /// Every store the same way, through the one seam: memory answers through
@@ -88,7 +90,7 @@ struct Inner {
     watcher: Option<(BackendListener, std::sync::Mutex<Backend>)>,
 }
 
-impl Inner {
+impl LimiterParts {
     /// Tells the watcher's listener if the backend changed since it last heard.
     fn watch_backend(&self) {
         if let Some((listener, last)) = &self.watcher {
@@ -144,7 +146,7 @@ fn label(backend: Backend) -> &'static str {
 /// ```
 #[derive(Clone)]
 pub struct RateLimiter {
-    inner: Arc<Inner>,
+    inner: Arc<LimiterParts>,
 }
 
 impl fmt::Debug for RateLimiter {

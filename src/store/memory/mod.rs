@@ -70,11 +70,13 @@ const SHARDS: usize = 64;
 ///   than its limit: it fails closed, for new ids only, until room frees up.
 #[derive(Clone, Debug)]
 pub struct MemoryStore {
-    inner: Arc<Inner>,
+    inner: Arc<TierLogs>,
 }
 
+/// What every clone of a [`MemoryStore`] shares: the tiers' logs (user and endpoint maps, the
+/// global log) and the bookkeeping of the key cap and the sweep.
 #[derive(Debug)]
-struct Inner {
+struct TierLogs {
     users: LogMap,
     endpoints: LogMap,
     global: Mutex<Log>,
@@ -133,7 +135,7 @@ impl MemoryStore {
     pub fn with_max_keys(max_keys: usize) -> Self {
         let map = || LogMap::with_hasher_and_shard_amount(ahash::RandomState::new(), SHARDS);
         Self {
-            inner: Arc::new(Inner {
+            inner: Arc::new(TierLogs {
                 users: map(),
                 endpoints: map(),
                 global: Mutex::new(Log::default()),
@@ -243,7 +245,7 @@ fn has_duplicate_tier(tiers: &[TierCheck<'_>]) -> bool {
         .any(|(i, a)| tiers[..i].iter().any(|b| b.tier == a.tier))
 }
 
-impl Inner {
+impl TierLogs {
     /// Decides one request under its tiers' locks. `Err(tier)`: the request would be admitted
     /// but needs a new key (the first such is `tier`'s) while the key cap is reached; nothing
     /// was recorded.
