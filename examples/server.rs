@@ -43,7 +43,12 @@ use tokio::io::AsyncWriteExt;
 #[command(name = "server", version)]
 struct Cli {
     /// Address to serve on (port 0 takes a free one)
-    #[arg(long, env = "RATE_LIMIT_LISTEN", value_name = "ADDR", default_value = "127.0.0.1:3000")]
+    #[arg(
+        long,
+        env = "RATE_LIMIT_LISTEN",
+        value_name = "ADDR",
+        default_value = "127.0.0.1:3000"
+    )]
     listen: SocketAddr,
 
     /// Sliding window, e.g. 60s, 1500ms, 1m; a bare number is seconds, as in a config file
@@ -52,19 +57,39 @@ struct Cli {
     window: Duration,
 
     /// Requests per user per window, 0 = off
-    #[arg(long, env = "RATE_LIMIT_USER_LIMIT", value_name = "N", default_value_t = 50)]
+    #[arg(
+        long,
+        env = "RATE_LIMIT_USER_LIMIT",
+        value_name = "N",
+        default_value_t = 50
+    )]
     user_limit: u64,
 
     /// Requests per route per window, 0 = off
-    #[arg(long, env = "RATE_LIMIT_ENDPOINT_LIMIT", value_name = "N", default_value_t = 100)]
+    #[arg(
+        long,
+        env = "RATE_LIMIT_ENDPOINT_LIMIT",
+        value_name = "N",
+        default_value_t = 100
+    )]
     endpoint_limit: u64,
 
     /// Requests in all per window, 0 = off
-    #[arg(long, env = "RATE_LIMIT_GLOBAL_LIMIT", value_name = "N", default_value_t = 1000)]
+    #[arg(
+        long,
+        env = "RATE_LIMIT_GLOBAL_LIMIT",
+        value_name = "N",
+        default_value_t = 1000
+    )]
     global_limit: u64,
 
     /// Share limits through Redis at this URL [default: in memory]
-    #[arg(long, visible_alias = "redis-url", env = "RATE_LIMIT_REDIS_URL", value_name = "URL")]
+    #[arg(
+        long,
+        visible_alias = "redis-url",
+        env = "RATE_LIMIT_REDIS_URL",
+        value_name = "URL"
+    )]
     redis: Option<String>,
 
     /// Longest wait on Redis before falling back to memory, 1ms to 60s [default: 100ms]
@@ -77,11 +102,21 @@ struct Cli {
     redis_ca: Option<PathBuf>,
 
     /// rediss:// only, mutual TLS: the client certificate (PEM)
-    #[arg(long, env = "RATE_LIMIT_REDIS_CERT", value_name = "PATH", requires = "redis_key")]
+    #[arg(
+        long,
+        env = "RATE_LIMIT_REDIS_CERT",
+        value_name = "PATH",
+        requires = "redis_key"
+    )]
     redis_cert: Option<PathBuf>,
 
     /// rediss:// only, mutual TLS: the client certificate's key (PEM)
-    #[arg(long, env = "RATE_LIMIT_REDIS_KEY", value_name = "PATH", requires = "redis_cert")]
+    #[arg(
+        long,
+        env = "RATE_LIMIT_REDIS_KEY",
+        value_name = "PATH",
+        requires = "redis_cert"
+    )]
     redis_key: Option<PathBuf>,
 
     /// Exit (code 1) if Redis cannot be used at start, instead of falling back to in-memory

@@ -175,10 +175,7 @@ async fn a_bare_window_is_seconds_as_in_a_file() {
 
 #[tokio::test]
 async fn bad_flags_are_a_clear_error_not_a_crash() {
-    let out = server_command()
-        .args(["--window", "0s"])
-        .output()
-        .unwrap();
+    let out = server_command().args(["--window", "0s"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("window"), "{err}");
@@ -288,7 +285,10 @@ fn help_version_and_unknown_flags_behave_like_any_rust_cli() {
         ("--max-tracked-keys", "RATE_LIMIT_MAX_TRACKED_KEYS"),
     ] {
         assert!(help.contains(&format!("{flag} <")) || help.contains(&format!("{flag}\n")));
-        assert!(help.contains(&format!("[env: {variable}=]")), "{variable}:\n{help}");
+        assert!(
+            help.contains(&format!("[env: {variable}=]")),
+            "{variable}:\n{help}"
+        );
     }
     assert!(help.contains("--version"), "{help}");
 
@@ -303,8 +303,14 @@ fn help_version_and_unknown_flags_behave_like_any_rust_cli() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("unexpected argument '--user-limt' found"), "{err}");
-    assert!(err.contains("--user-limit"), "clap suggests the near flag: {err}");
+    assert!(
+        err.contains("unexpected argument '--user-limt' found"),
+        "{err}"
+    );
+    assert!(
+        err.contains("--user-limit"),
+        "clap suggests the near flag: {err}"
+    );
     assert!(out.stdout.is_empty(), "it never listened");
 }
 
@@ -339,13 +345,19 @@ async fn environment_variables_configure_the_demo_and_flags_win() {
         .unwrap()
         .parse()
         .unwrap();
-    assert!((89..=90).contains(&retry), "a bare 90 is 90 s, retry {retry}");
+    assert!(
+        (89..=90).contains(&retry),
+        "a bare 90 is 90 s, retry {retry}"
+    );
     assert_eq!(redis.cli(&["ZCARD", "rate_limit:user:env"]).trim(), "2");
 
     // The flag wins over its variable; the other variables still count.
     let demo = Demo::start_with_env(
         &["--user-limit", "3"],
-        &[("RATE_LIMIT_USER_LIMIT", "1"), ("RATE_LIMIT_GLOBAL_LIMIT", "4")],
+        &[
+            ("RATE_LIMIT_USER_LIMIT", "1"),
+            ("RATE_LIMIT_GLOBAL_LIMIT", "4"),
+        ],
     );
     let mut statuses = Vec::new();
     for user in ["a", "a", "a", "a", "b", "c"] {
