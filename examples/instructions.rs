@@ -34,10 +34,12 @@ fn ready<F: Future>(f: F) -> F::Output {
 }
 
 /// Limits that are never reached, on a 1 ms window: every check is admitted and trims one.
+/// The user limit is a real API's size (about 1,000 left), so the headers are as a real
+/// response's.
 fn config() -> RateLimitConfig {
     RateLimitConfig::builder()
         .window(Duration::from_millis(1))
-        .user_limit(1 << 40)
+        .user_limit(2_000)
         .endpoint_limit(1 << 40)
         .global_limit(1 << 40)
         .build()
