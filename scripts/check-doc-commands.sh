@@ -95,10 +95,10 @@ check_cargo() {
       [ -n "$example" ] || { fail "$where" "cargo run without --example: no rule for it"; return; }
       cargo build --quiet "${flags[@]}" || { fail "$where" "cargo build ${flags[*]} failed"; return; }
       if [ "${#args[@]}" -eq 0 ]; then
-        timeout 120 "target/debug/examples/$example" >/dev/null ||
+        timeout 120 "${CARGO_TARGET_DIR:-target}/debug/examples/$example" >/dev/null ||
           fail "$where" "the example did not run to success"
       elif [[ "${args[0]}" == --* ]]; then
-        timeout 60 "target/debug/examples/$example" "${args[@]}" --help >/dev/null ||
+        timeout 60 "${CARGO_TARGET_DIR:-target}/debug/examples/$example" "${args[@]}" --help >/dev/null ||
           fail "$where" "the example refused its documented flags: ${args[*]} --help"
       fi
       ;;
