@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks that README.md's Rust snippets work as shown: each ```rust block, taken verbatim from
 # README.md, is the `main.rs` of its own binary in a scratch crate whose dependencies are the
-# README's own `[dependencies]` block (with this checkout patched in for `tiered-ratelimit`).
+# README's own `[dependencies]` block (its `tiered-ratelimit` line pointed at this checkout).
 #
 # Rules:
 # - Every ```rust block must compile as written: no rustdoc hidden lines (`# ...`), since
@@ -9,7 +9,8 @@
 # - A block fenced ```rust,no_run (it serves, or needs Redis) is only built; every other block
 #   is also run, and must exit 0 within 60 s. It runs in a folder holding `ratelimit.toml`: the
 #   README's ```toml block whose first line is `# ratelimit.toml`.
-# - The dependency lines are the README's ```toml block that starts with `[dependencies]`.
+# - The dependency lines are the README's ```toml block that starts with `[dependencies]`,
+#   verbatim but for the `tiered-ratelimit = ...` line, which names this checkout's path.
 #
 # Offline (`cargo build --offline`): the registry cache the crate's own build filled is enough.
 # Everything lives under target/readme-check (its own CARGO_TARGET_DIR, kept between runs, so a
@@ -78,8 +79,7 @@ publish = false
 [workspace]
 
 EOF
-  cat "$crate/deps.toml"
-  printf '\n[patch.crates-io]\ntiered-ratelimit = { path = "%s" }\n' "$root"
+  sed "s|^tiered-ratelimit *=.*|tiered-ratelimit = { path = \"$root\" }|" "$crate/deps.toml"
 } > "$crate/Cargo.toml"
 # Start from the crate's own lock file, so the snippets build against the versions it tests.
 [ -f "$root/Cargo.lock" ] && cp "$root/Cargo.lock" "$crate/Cargo.lock"

@@ -6,6 +6,10 @@
 //! [`RouteLimits`], [`Plan`], [`Recovery`], [`TimeSource`].
 //! This module holds only what nothing else should: the bounds below, and [`parse_duration`].
 //!
+//! ```compile_fail
+//! use tiered_ratelimit::config::RateLimitConfig; // no: `tiered_ratelimit::RateLimitConfig`
+//! ```
+//!
 //! Both ways in start from one raw form and its one set of defaults, so an empty file and
 //! `RateLimitConfig::builder().build()` are the same configuration. Durations (`window`, the
 //! Redis timeouts, the recovery backoffs) follow one rule in a file and on a command line:

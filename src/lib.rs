@@ -86,8 +86,9 @@
 //!   blocks; a denied request is recorded in **no** tier. A limit of 0 switches a tier off.
 //! - **Headers.** `X-RateLimit-Remaining`: the smallest capacity left over the tiers that
 //!   applied; `Retry-After`: whole seconds, rounded up, until the blocking tier has room (`0`
-//!   when allowed, at least `1` on a 429). A request no tier applies to carries no rate-limit
-//!   header.
+//!   when allowed, at least `1` on a 429, and what enforcement would have said on a request
+//!   let through only by [shadow mode](RateLimitConfigBuilder::shadow)). A request no tier
+//!   applies to carries no rate-limit header.
 //! - **Redis failure.** An error or timeout swaps the limiter, atomically and once, to memory
 //!   (or back and forth, with [recovery](RateLimitConfigBuilder::redis_recovery) on); the
 //!   request that met the failure is answered from memory.
