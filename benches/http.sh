@@ -6,7 +6,7 @@
 #   ours      RateLimitLayer, in memory, three tiers, limits never reached (1 s window)
 #   governor  tower_governor 0.7 keyed by the x-user-id header, a quota never reached
 #
-# (examples/bench_http.rs). wrk loads each from a second process; the modes run interleaved
+# (benches/examples/bench_http.rs). wrk loads each from a second process; the modes run interleaved
 # (bare, ours, governor, bare, ...) REPS times, and the table gives each mode's median
 # requests/s and p99 latency, and the ratios ours/bare and ours/governor.
 #
@@ -67,8 +67,8 @@ else
 fi
 
 # --- build -------------------------------------------------------------------------------
-log "building examples/bench_http (release)"
-cargo build --release --quiet --example bench_http --features axum >&2
+log "building benches/examples/bench_http (release)"
+cargo build --release --quiet -p tiered-ratelimit-benches --example bench_http >&2
 target_dir=$(cargo metadata --format-version 1 --no-deps |
     sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 BIN=$target_dir/release/examples/bench_http

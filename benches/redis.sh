@@ -13,7 +13,7 @@
 # The script starts its own redis-server on a free loopback port (--save "" --appendonly no),
 # killed on exit. For each concurrency (1, 16, 64) and each of REPS rounds, interleaved:
 #
-#   ours             examples/bench_redis.rs: RateLimiter::connect(config) with the Redis URL,
+#   ours             benches/examples/bench_redis.rs: RateLimiter::connect(config) with the Redis URL,
 #                    three tiers on, limits 2^40 in a 1 s window (never reached), check i by
 #                    user i % 10000, from N tokio tasks sharing one limiter (one fred client:
 #                    one connection, commands of concurrent tasks pipelined on it); with
@@ -104,8 +104,8 @@ else
 fi
 
 # --- build -------------------------------------------------------------------------------
-log "building examples/bench_redis (release)"
-cargo build --release --quiet --example bench_redis --features redis >&2
+log "building benches/examples/bench_redis (release)"
+cargo build --release --quiet -p tiered-ratelimit-benches --example bench_redis >&2
 target_dir=$(cargo metadata --format-version 1 --no-deps |
     sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 BIN=$target_dir/release/examples/bench_redis

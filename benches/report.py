@@ -2,8 +2,8 @@
 """Turns the measured data into the tables and the plot of docs/BENCHMARKS.md.
 
 Reads criterion's estimates (target/criterion/*/*/*/new/estimates.json, written by
-`cargo bench --bench check`) and, when present, benches/results/http.csv and redis.csv
-(written by benches/http.sh and benches/redis.sh). Prints markdown tables and writes
+`cargo bench -p tiered-ratelimit-benches --bench check`) and, when present,
+benches/results/http.csv and redis.csv (written by benches/http.sh and benches/redis.sh). Prints markdown tables and writes
 docs/benchmarks.png (needs matplotlib: `pip install matplotlib`).
 """
 import csv

@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --example grpc            # serves until killed
 //! cargo run --example grpc -- --demo  # then calls itself 4 times as user "alice" and exits
+//! cargo run --example grpc -- --help
 //! ```
 //!
 //! It serves on a free port of 127.0.0.1 and, once it accepts connections, prints one line,
@@ -39,6 +40,7 @@
 
 use std::time::Duration;
 
+use clap::Parser;
 use http::header::RETRY_AFTER;
 use http::StatusCode;
 use tiered_ratelimit::{RateLimitConfig, RateLimitLayer, ResponseBody};
@@ -95,15 +97,22 @@ pub fn resource_exhausted(
     .into_http()
 }
 
+/// A tonic gRPC server (grpc.health.v1.Health) behind tiered-ratelimit's `RateLimitLayer`:
+/// 3 calls per user (`x-user-id` metadata), 10 per method and 100 in all, per 60 s window.
+///
+/// It serves on a free port of 127.0.0.1 and prints `listening on ADDR` once it accepts
+/// connections; a denied call gets `RESOURCE_EXHAUSTED` with `retry-after` in its metadata.
+#[derive(Debug, Parser)]
+#[command(name = "grpc", version)]
+struct Cli {
+    /// Call the server 4 times as user "alice", print each answer, and exit
+    #[arg(long)]
+    demo: bool,
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let demo = match std::env::args().nth(1).as_deref() {
-        None => false,
-        Some("--demo") => true,
-        Some(other) => {
-            return Err(format!("unknown argument {other:?}; usage: grpc [--demo]").into())
-        }
-    };
+    let Cli { demo } = Cli::parse();
 
     let config = RateLimitConfig::builder()
         .window(Duration::from_secs(60))

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use tiered_ratelimit::config::MAX_LIMIT;
 use tiered_ratelimit::store::MemoryStore;
 use tiered_ratelimit::{ManualClock, RateLimitConfig, RateLimiter};
 
@@ -75,7 +76,7 @@ fn main() {
     println!("| entries in the key | heap bytes | bytes per entry |");
     println!("|---:|---:|---:|");
     for n in [1_000u64, 10_000, 100_000, 1_000_000] {
-        let (limiter, clock) = limiter(u64::MAX >> 11, 0, 0);
+        let (limiter, clock) = limiter(MAX_LIMIT, 0, 0);
         ready(limiter.check("u", "/")); // the key and its first entry
         let before = live();
         for _ in 1..n {
@@ -91,7 +92,7 @@ fn main() {
     println!("|---:|---:|---:|");
     for keys in [10_000usize, 100_000, 1_000_000] {
         let ids: Vec<String> = (0..keys).map(|i| format!("user-{i:07}")).collect();
-        let (limiter, _clock) = limiter(u64::MAX >> 11, 0, 0);
+        let (limiter, _clock) = limiter(MAX_LIMIT, 0, 0);
         let before = live();
         for id in &ids {
             assert!(ready(limiter.check(id, "/")).allowed());

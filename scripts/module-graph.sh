@@ -19,6 +19,13 @@ if [ -s /tmp/module-graph.err ]; then
   echo "import cycle between top-level modules" >&2
   exit 1
 fi
+# The core knows no HTTP: only the layer (and the client-address rules it uses) name the `http`
+# crate, so the limiter, the algorithm, the stores and the decision stay plain data.
+http_users=$(grep -rlE '(^|[^_a-z])http(_body)?::' --include='*.rs' . | grep -vE '^\./(layer|client_ip)/' || true)
+if [ -n "$http_users" ]; then
+  echo "the core must not name HTTP types (only layer/ and client_ip/ may): $http_users" >&2
+  exit 1
+fi
 echo "no import cycle between top-level modules; from the core outwards:"
 echo "$edges" | awk '{print $2, $1}' | tsort | tr '\n' ' '
 echo

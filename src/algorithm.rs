@@ -11,7 +11,7 @@
 //! - Admitted: every tier with room records it; a full shadow tier does not, and the first one
 //!   is reported with the wait enforcing it would have given.
 //! - `remaining` is the smallest capacity left over the tiers (0 for a full shadow tier); the
-//!   binding tier is the first with that capacity, and its reset is when its oldest entry (or
+//!   binding tier is the first with that capacity, and it gains capacity again when its oldest entry (or
 //!   this request's, in an empty log) leaves the window.
 
 use std::time::Duration;
@@ -48,7 +48,7 @@ pub(crate) enum Verdict {
         /// The first tier with that capacity.
         binding: usize,
         /// When the binding tier next gains capacity.
-        reset: Duration,
+        resets_in: Duration,
         /// The first full shadow tier, and the wait enforcing it would have given.
         shadow_denied: Option<(usize, Duration)>,
     },
@@ -109,7 +109,7 @@ pub(crate) fn decide(
             binding = i;
         }
     }
-    let reset = match shadow_denied {
+    let resets_in = match shadow_denied {
         Some((i, retry_after)) if i == binding => retry_after,
         _ => {
             let oldest = tiers.get(binding).and_then(|t| t.oldest).unwrap_or(now);
@@ -120,7 +120,7 @@ pub(crate) fn decide(
         records,
         remaining,
         binding,
-        reset,
+        resets_in,
         shadow_denied,
     }
 }
@@ -164,7 +164,7 @@ mod tests {
                 records: [true, true, true],
                 remaining: 2,
                 binding: 0,
-                reset: Duration::from_micros(W + 1 - 10),
+                resets_in: Duration::from_micros(W + 1 - 10),
                 shadow_denied: None,
             }
         );
@@ -227,7 +227,7 @@ mod tests {
                 records: [false, true, false],
                 remaining: 0,
                 binding: 0,
-                reset: wait,
+                resets_in: wait,
                 shadow_denied: Some((0, wait)),
             }
         );

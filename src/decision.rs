@@ -103,9 +103,9 @@ impl Decision {
 
     /// The tier closest to its limit, and when it next gains capacity.
     #[inline]
-    pub(crate) fn with_binding(mut self, tier: Tier, reset: Duration) -> Self {
+    pub(crate) fn with_binding(mut self, tier: Tier, resets_in: Duration) -> Self {
         if self.binding.is_none() {
-            self.binding = Some((tier, reset));
+            self.binding = Some((tier, resets_in));
         }
         self
     }
@@ -150,11 +150,30 @@ impl Decision {
         self.remaining
     }
 
-    /// How long until the blocking tier has room: zero when allowed.
+    /// How long until the blocking tier has room: zero when allowed, except for a request
+    /// allowed only by shadow mode ([`shadow_blocked_by`](Self::shadow_blocked_by) is `Some`),
+    /// which carries the wait enforcing that tier would have given.
     ///
     /// Exact to the microsecond. An entry at exactly `now - window` still counts, so room comes
     /// one microsecond after the entry's window ends: a request recorded at `t` in a 60 s window
     /// frees its slot at `t + 60 s + 1 µs`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tiered_ratelimit::{ManualClock, RateLimitConfig, RateLimiter, Tier};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tiered_ratelimit::ConfigError> {
+    /// let config = RateLimitConfig::builder().user_limit(1).shadow(true).build()?;
+    /// let limiter = RateLimiter::builder(config).clock(ManualClock::new()).build();
+    /// assert_eq!(limiter.check("bob", "/").await.retry_after(), Duration::ZERO);
+    ///
+    /// let shadowed = limiter.check("bob", "/").await;
+    /// assert!(shadowed.allowed()); // shadow mode never blocks...
+    /// assert_eq!(shadowed.shadow_blocked_by(), Some(Tier::User));
+    /// assert_eq!(shadowed.retry_after_secs(), 61); // ...but says what enforcing would have
+    /// # Ok(()) }
+    /// ```
     #[inline]
     pub fn retry_after(&self) -> Duration {
         self.retry_after

@@ -115,6 +115,18 @@ impl<'a> Keys<'a> {
         }
     }
 
+    /// The same keys, owning their text (for a check that waits in a `'static` future).
+    pub(crate) fn into_owned(self) -> Keys<'static> {
+        let own = |part: Option<(Cow<'a, str>, u64)>| {
+            part.map(|(id, l)| (Cow::Owned(id.into_owned()), l))
+        };
+        Keys {
+            user: own(self.user),
+            endpoint: own(self.endpoint),
+            cost: self.cost,
+        }
+    }
+
     /// Fills `tiers` with the enabled tiers, most specific first; `None` when none applies.
     fn fill<'s>(
         &'s self,

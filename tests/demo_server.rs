@@ -13,21 +13,39 @@ use reqwest::StatusCode;
 
 /// `target/<profile>/examples/server`, which `cargo test` builds with the tests.
 fn server_binary() -> PathBuf {
+    example_binary("server")
+}
+
+/// `target/<profile>/examples/NAME`, built once per test binary, so that a run of this file
+/// alone never tests a stale example.
+fn example_binary(name: &'static str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().unwrap().parent().unwrap(); // target/<profile>/deps -> target/<profile>
-    let path = dir.join("examples").join("server");
-    // Built once per test binary, so that a run of this file alone never tests a stale demo.
-    static BUILT: std::sync::Once = std::sync::Once::new();
-    BUILT.call_once(|| {
+    static BUILT: std::sync::Mutex<Vec<&str>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if !built.contains(&name) {
         let mut build = Command::new(env!("CARGO"));
-        build.args(["build", "--example", "server"]);
+        build.args(["build", "--example", name]);
         if !cfg!(debug_assertions) {
             build.arg("--release");
         }
         let status = build.status().unwrap();
-        assert!(status.success(), "cargo build --example server");
-    });
-    path
+        assert!(status.success(), "cargo build --example {name}");
+        built.push(name);
+    }
+    dir.join("examples").join(name)
+}
+
+/// The demo's command: with none of the caller's own `RATE_LIMIT_*` variables, so that only
+/// what a test sets reaches it.
+fn server_command() -> Command {
+    let mut command = Command::new(server_binary());
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("RATE_LIMIT_") {
+            command.env_remove(name);
+        }
+    }
+    command
 }
 
 /// A running demo server, killed when dropped.
@@ -38,9 +56,15 @@ struct Demo {
 
 impl Demo {
     fn start(args: &[&str]) -> Self {
-        let mut child = Command::new(server_binary())
+        Self::start_with_env(args, &[])
+    }
+
+    /// Started with these environment variables too.
+    fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut child = server_command()
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -133,7 +157,7 @@ async fn a_bare_window_is_seconds_as_in_a_file() {
         .unwrap();
     assert!((59..=60).contains(&retry), "a 60 s window, retry {retry}");
 
-    let out = Command::new(server_binary())
+    let out = server_command()
         .args(["--window", "60 parsecs"])
         .output()
         .unwrap();
@@ -151,14 +175,11 @@ async fn a_bare_window_is_seconds_as_in_a_file() {
 
 #[tokio::test]
 async fn bad_flags_are_a_clear_error_not_a_crash() {
-    let out = Command::new(server_binary())
-        .args(["--window", "0s"])
-        .output()
-        .unwrap();
+    let out = server_command().args(["--window", "0s"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("window"), "{err}");
-    let out = Command::new(server_binary())
+    let out = server_command()
         .args(["--user-limit", "many"])
         .output()
         .unwrap();
@@ -170,7 +191,7 @@ async fn redis_required_exits_non_zero_with_the_cause_of_a_misconfiguration() {
     let redis = RedisServer::start();
     redis.cli(&["CONFIG", "SET", "requirepass", "secret"]);
     let wrong = format!("redis://:wrong@127.0.0.1:{}", redis.port());
-    let out = Command::new(server_binary())
+    let out = server_command()
         .args([
             "--listen",
             "127.0.0.1:0",
@@ -222,7 +243,7 @@ async fn redis_required_exits_non_zero_with_the_cause_of_a_misconfiguration() {
 #[test]
 fn tls_flags_are_checked_with_the_other_settings() {
     let run = |args: &[&str]| {
-        let out = Command::new(server_binary()).args(args).output().unwrap();
+        let out = server_command().args(args).output().unwrap();
         (
             out.status.code(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -237,6 +258,144 @@ fn tls_flags_are_checked_with_the_other_settings() {
     let (code, err) = run(&["--redis-required"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("--redis URL"), "{err}");
+}
+
+/// The demo's flags are parsed as Rust command-line tools parse theirs (clap): `--help` lists
+/// every flag with its environment variable and exits 0; `--version` prints the version; an
+/// unknown flag exits 2 and names it (both used to answer "needs a value").
+#[test]
+fn help_version_and_unknown_flags_behave_like_any_rust_cli() {
+    let out = server_command().arg("--help").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for (flag, variable) in [
+        ("--listen", "RATE_LIMIT_LISTEN"),
+        ("--window", "RATE_LIMIT_WINDOW"),
+        ("--user-limit", "RATE_LIMIT_USER_LIMIT"),
+        ("--endpoint-limit", "RATE_LIMIT_ENDPOINT_LIMIT"),
+        ("--global-limit", "RATE_LIMIT_GLOBAL_LIMIT"),
+        ("--redis", "RATE_LIMIT_REDIS_URL"),
+        ("--redis-timeout", "RATE_LIMIT_REDIS_TIMEOUT"),
+        ("--redis-ca", "RATE_LIMIT_REDIS_CA"),
+        ("--redis-cert", "RATE_LIMIT_REDIS_CERT"),
+        ("--redis-key", "RATE_LIMIT_REDIS_KEY"),
+        ("--redis-required", "RATE_LIMIT_REDIS_REQUIRED"),
+        ("--trusted-proxy", "RATE_LIMIT_TRUSTED_PROXIES"),
+        ("--client-ip-header", "RATE_LIMIT_CLIENT_IP_HEADER"),
+        ("--max-tracked-keys", "RATE_LIMIT_MAX_TRACKED_KEYS"),
+    ] {
+        assert!(help.contains(&format!("{flag} <")) || help.contains(&format!("{flag}\n")));
+        assert!(
+            help.contains(&format!("[env: {variable}=]")),
+            "{variable}:\n{help}"
+        );
+    }
+    assert!(help.contains("--version"), "{help}");
+
+    let out = server_command().arg("--version").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let version = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(version, format!("server {}\n", env!("CARGO_PKG_VERSION")));
+
+    let out = server_command()
+        .args(["--listen", "127.0.0.1:0", "--user-limt", "5"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("unexpected argument '--user-limt' found"),
+        "{err}"
+    );
+    assert!(
+        err.contains("--user-limit"),
+        "clap suggests the near flag: {err}"
+    );
+    assert!(out.stdout.is_empty(), "it never listened");
+}
+
+/// `RATE_LIMIT_*` variables set what their flags set, Redis included; a flag wins over its
+/// variable.
+#[tokio::test]
+async fn environment_variables_configure_the_demo_and_flags_win() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let demo = Demo::start_with_env(
+        &[],
+        &[
+            ("RATE_LIMIT_REDIS_URL", &url),
+            ("RATE_LIMIT_REDIS_REQUIRED", "true"),
+            ("RATE_LIMIT_USER_LIMIT", "2"),
+            ("RATE_LIMIT_WINDOW", "90"),
+        ],
+    );
+    let client = reqwest::Client::new();
+    let get = |demo: &Demo| {
+        client
+            .get(demo.url("/api/v1/items"))
+            .header("x-user-id", "env")
+            .send()
+    };
+    assert_eq!(get(&demo).await.unwrap().status(), StatusCode::OK);
+    assert_eq!(get(&demo).await.unwrap().status(), StatusCode::OK);
+    let denied = get(&demo).await.unwrap();
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = denied.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (89..=90).contains(&retry),
+        "a bare 90 is 90 s, retry {retry}"
+    );
+    assert_eq!(redis.cli(&["ZCARD", "rate_limit:user:env"]).trim(), "2");
+
+    // The flag wins over its variable; the other variables still count.
+    let demo = Demo::start_with_env(
+        &["--user-limit", "3"],
+        &[
+            ("RATE_LIMIT_USER_LIMIT", "1"),
+            ("RATE_LIMIT_GLOBAL_LIMIT", "4"),
+        ],
+    );
+    let mut statuses = Vec::new();
+    for user in ["a", "a", "a", "a", "b", "c"] {
+        let status = client
+            .get(demo.url("/api/v1/items"))
+            .header("x-user-id", user)
+            .send()
+            .await
+            .unwrap()
+            .status();
+        statuses.push(status.as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 200, 429]);
+
+    let out = server_command()
+        .env("RATE_LIMIT_USER_LIMIT", "many")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("'many' for '--user-limit <N>'"), "{err}");
+}
+
+/// The gRPC example answers `--help` (it used to print an error and exit 1).
+#[test]
+fn the_grpc_example_answers_help() {
+    let out = Command::new(example_binary("grpc"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("--demo"), "{help}");
+    let out = Command::new(example_binary("grpc"))
+        .arg("--bogus")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
 }
 
 /// Two server processes behind one Redis: hundreds of concurrent requests spread over both
@@ -403,7 +562,7 @@ async fn the_client_ip_header_is_the_one_named_and_trust_in_everyone_is_refused(
     assert_eq!(passed, 2);
 
     for everything in ["0.0.0.0/0", "::/0"] {
-        let out = Command::new(server_binary())
+        let out = server_command()
             .args(["--listen", "127.0.0.1:0", "--trusted-proxy", everything])
             .output()
             .unwrap();

@@ -13,6 +13,30 @@ use crate::tier::Tier;
 ///
 /// It starts from the defaults of the file form (what an empty file gives), and fills in the
 /// same raw form serde reads, so a setting means the same in code and in a file.
+///
+/// ```
+/// use std::time::Duration;
+/// use tiered_ratelimit::{ConfigError, RateLimitConfig, RouteLimits, Tier};
+///
+/// let config = RateLimitConfig::builder()
+///     .window(Duration::from_secs(60))
+///     .user_limit(50)
+///     .global_limit(1000)
+///     .route("/login", RouteLimits { user_limit: Some(5), endpoint_limit: None })
+///     .plan("premium", 500)
+///     .user_plan("alice", "premium")
+///     .shadow_tier(Tier::Global) // try the global limit out before enforcing it
+///     .build()?;
+/// assert_eq!(config.route("/login").and_then(|r| r.user_limit), Some(5));
+/// assert_eq!(config.plan_of("alice").map(|p| p.user_limit), Some(500));
+/// assert!(config.is_shadow(Tier::Global));
+///
+/// // A bad value fails here, naming the field, not later in a request.
+/// let error = RateLimitConfig::builder().window(Duration::ZERO).build().unwrap_err();
+/// assert_eq!(error, ConfigError::ZeroWindow);
+/// assert_eq!(error.field(), "window");
+/// # Ok::<(), ConfigError>(())
+/// ```
 #[derive(Clone, Debug, Default)]
 #[must_use]
 pub struct RateLimitConfigBuilder {
@@ -83,9 +107,16 @@ impl RateLimitConfigBuilder {
         self
     }
 
-    /// Shadow mode for the whole limiter (`true`) or none of it (`false`, the default): every
-    /// tier decides and records as usual, headers and metrics say what it decided, but no
-    /// request is blocked. The way to roll out a new limit safely.
+    /// Shadow mode for the whole limiter (`true`) or none of it (`false`, the default): no
+    /// request is blocked, and headers, metrics and the [`Decision`](crate::Decision) say what
+    /// enforcing would have done. The way to roll out a new limit safely.
+    ///
+    /// A shadow tier with room records the request as usual. A *full* shadow tier lets it
+    /// through without recording it (as enforcement would have denied it, so the tier keeps
+    /// showing what enforcement would do); the tiers with room still record it, since it was
+    /// served. The decision then carries
+    /// [`shadow_blocked_by`](crate::Decision::shadow_blocked_by), remaining 0 and the
+    /// `Retry-After` enforcement would have sent.
     pub fn shadow(mut self, shadow: bool) -> Self {
         self.raw.shadow = if shadow {
             vec![Tier::User, Tier::Endpoint, Tier::Global]
@@ -95,7 +126,8 @@ impl RateLimitConfigBuilder {
         self
     }
 
-    /// Shadow mode for one tier (see [`shadow`](Self::shadow)); the other tiers still block.
+    /// Shadow mode for one tier (see [`shadow`](Self::shadow) for what a full shadow tier
+    /// does); the other tiers still block.
     pub fn shadow_tier(mut self, tier: Tier) -> Self {
         if !self.raw.shadow.contains(&tier) {
             self.raw.shadow.push(tier);

@@ -10,7 +10,8 @@ use pin_project_lite::pin_project;
 
 pin_project! {
     /// The response body of [`RateLimit`](super::RateLimit): the inner service's body, or the
-    /// rejection's (by default an RFC 9457 problem document).
+    /// rejection's: by default the 429's RFC 9457 `application/problem+json` document naming
+    /// the policy, else what [`on_rejection`](crate::RateLimitLayer::on_rejection) returned.
     pub struct ResponseBody<B> {
         #[pin]
         kind: Kind<B>,

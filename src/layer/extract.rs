@@ -1,10 +1,14 @@
 //! What the layer takes from a request's head: the endpoint (axum's `MatchedPath` template, or
 //! the layer's own closure), the peer address, and the user key.
 
+use std::borrow::Cow;
+use std::fmt;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use http::request::Parts;
+use http::HeaderName;
 
 use super::RateLimitLayer;
 use crate::request::UserKey;
@@ -63,7 +67,50 @@ pub(crate) fn peer_ip(_parts: &Parts) -> Option<IpAddr> {
     None
 }
 
-pub(crate) fn user_key(user_id: &Option<String>, ip: Option<IpAddr>) -> UserKey<'_> {
+/// Where the layer finds a request's user id.
+#[derive(Clone, Default)]
+pub(crate) enum UserIdSource {
+    /// None: the client address stands in.
+    #[default]
+    Absent,
+    /// A header's value, borrowed from the request (an empty or non-text value is no id).
+    Header(HeaderName),
+    /// A closure that may borrow from the request.
+    Borrowing(BorrowingFn),
+    /// A closure that returns an owned id.
+    Owning(OwningFn),
+}
+
+pub(crate) type BorrowingFn = Arc<dyn for<'a> Fn(&'a Parts) -> Option<Cow<'a, str>> + Send + Sync>;
+pub(crate) type OwningFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
+
+impl UserIdSource {
+    /// The user id of a request, borrowed from it where the source allows.
+    #[inline]
+    pub(crate) fn of<'p>(&self, parts: &'p Parts) -> Option<Cow<'p, str>> {
+        match self {
+            Self::Absent => None,
+            Self::Header(name) => match parts.headers.get(name)?.to_str() {
+                Ok("") | Err(_) => None,
+                Ok(id) => Some(Cow::Borrowed(id)),
+            },
+            Self::Borrowing(f) => f(parts),
+            Self::Owning(f) => f(parts).map(Cow::Owned),
+        }
+    }
+}
+
+impl fmt::Debug for UserIdSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Absent => f.write_str("Absent"),
+            Self::Header(name) => f.debug_tuple("Header").field(name).finish(),
+            Self::Borrowing(_) | Self::Owning(_) => f.write_str("Closure"),
+        }
+    }
+}
+
+pub(crate) fn user_key(user_id: Option<&str>, ip: Option<IpAddr>) -> UserKey<'_> {
     match (user_id, ip) {
         (Some(id), _) => UserKey::Id(id),
         (None, Some(ip)) => UserKey::Ip(ip),

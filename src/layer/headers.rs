@@ -68,8 +68,8 @@ pub fn write(decision: &Decision, style: HeaderStyle, headers: &mut HeaderMap) {
         if let Ok(value) = HeaderValue::try_from(policy) {
             headers.insert(RATELIMIT_POLICY.clone(), value);
         }
-        if let Some((tier, reset)) = decision.binding() {
-            let secs = reset.as_secs() + u64::from(reset.subsec_nanos() > 0);
+        if let Some((tier, resets_in)) = decision.binding() {
+            let secs = resets_in.as_secs() + u64::from(resets_in.subsec_nanos() > 0);
             let value = format!("\"{tier}\";r={};t={secs}", decision.remaining());
             if let Ok(value) = HeaderValue::try_from(value) {
                 headers.insert(RATELIMIT.clone(), value);

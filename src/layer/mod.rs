@@ -18,6 +18,7 @@
 //!     }));
 //! ```
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -26,6 +27,7 @@ use http::request::Parts;
 use http::Response;
 use tower_layer::Layer;
 
+use self::extract::UserIdSource;
 use crate::client_ip::{ClientIpRule, IpNet, Proxies};
 use crate::config::RateLimitConfig;
 use crate::decision::Decision;
@@ -61,7 +63,9 @@ type CostFn = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
 ///   `Router::layer`, or this layer wrapped around a whole router from outside) uses one fixed
 ///   endpoint key, so random paths never create keys. [`endpoint`](Self::endpoint) replaces
 ///   this, for services other than axum (a gRPC method, say).
-/// - **Allowed:** the inner response, with `X-RateLimit-Remaining` and `Retry-After: 0` added.
+/// - **Allowed:** the inner response, with `X-RateLimit-Remaining` and `Retry-After: 0` added
+///   (allowed only by [shadow mode](crate::RateLimitConfigBuilder::shadow): `0` and the
+///   `Retry-After` enforcement would have sent; no tier applied: no rate-limit header).
 /// - **Denied:** `429 Too Many Requests` with `X-RateLimit-Remaining: 0`, `Retry-After: n`
 ///   (whole seconds, rounded up, at least 1) and a short RFC 9457 `application/problem+json`
 ///   body naming the violated policy (the tier); [`on_rejection`](Self::on_rejection) replaces
@@ -94,7 +98,7 @@ type CostFn = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
 #[must_use]
 pub struct RateLimitLayer {
     limiter: RateLimiter,
-    user_id: Option<PartsFn>,
+    user_id: UserIdSource,
     endpoint: Option<PartsFn>,
     client_ip: Arc<ClientIpRule>,
     rejection: Option<RejectFn>,
@@ -105,7 +109,7 @@ impl fmt::Debug for RateLimitLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
             .field("limiter", &self.limiter)
-            .field("user_id", &self.user_id.as_ref().map(|_| "closure"))
+            .field("user_id", &self.user_id)
             .field("endpoint", &self.endpoint.as_ref().map(|_| "closure"))
             .field("client_ip", &self.client_ip)
             .field("rejection", &self.rejection.as_ref().map(|_| "closure"))
@@ -124,7 +128,7 @@ impl RateLimitLayer {
     pub fn from_limiter(limiter: RateLimiter) -> Self {
         Self {
             limiter,
-            user_id: None,
+            user_id: UserIdSource::Absent,
             endpoint: None,
             client_ip: Arc::default(),
             rejection: None,
@@ -245,11 +249,61 @@ impl RateLimitLayer {
     }
 
     /// How to find the user id in a request. `None` falls back to the client IP.
+    ///
+    /// The closure returns an owned `String`, one allocation per request;
+    /// [`user_id_header`](Self::user_id_header) and [`user_id_ref`](Self::user_id_ref) borrow
+    /// the id from the request instead.
     pub fn user_id<F>(mut self, f: F) -> Self
     where
         F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
     {
-        self.user_id = Some(Arc::new(f));
+        self.user_id = UserIdSource::Owning(Arc::new(f));
+        self
+    }
+
+    /// The user id is the value of this request header, borrowed (no allocation per request).
+    /// A missing, empty or non-visible-ASCII value is no id: the client address stands in.
+    ///
+    /// Name only a header that your own authentication writes (a gateway in front, or a
+    /// middleware before this layer that replaces whatever the client sent): a client that
+    /// can set the header itself picks its own bucket, a fresh one per request.
+    ///
+    /// ```
+    /// # use tiered_ratelimit::{RateLimitConfig, RateLimitLayer};
+    /// # let config = RateLimitConfig::builder().user_limit(5).build().unwrap();
+    /// let layer = RateLimitLayer::new(config).user_id_header("x-user-id");
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If `name` is not a valid header name (a programming error, like `HeaderName::from_static`).
+    pub fn user_id_header(mut self, name: impl AsRef<str>) -> Self {
+        let name = name.as_ref();
+        let header = http::HeaderName::try_from(name)
+            .unwrap_or_else(|_| panic!("user_id_header: {name:?} is not a valid header name"));
+        self.user_id = UserIdSource::Header(header);
+        self
+    }
+
+    /// How to find the user id in a request, borrowing it from the request where it can
+    /// (`Cow::Borrowed`: no allocation per request) or making one (`Cow::Owned`).
+    ///
+    /// ```
+    /// # use tiered_ratelimit::{RateLimitConfig, RateLimitLayer};
+    /// use std::borrow::Cow;
+    /// # let config = RateLimitConfig::builder().user_limit(5).build().unwrap();
+    /// // The part of a bearer token before its first dot (say, a key id).
+    /// let layer = RateLimitLayer::new(config).user_id_ref(|parts| {
+    ///     let auth = parts.headers.get("authorization")?.to_str().ok()?;
+    ///     let token = auth.strip_prefix("Bearer ")?;
+    ///     Some(Cow::Borrowed(token.split('.').next()?))
+    /// });
+    /// ```
+    pub fn user_id_ref<F>(mut self, f: F) -> Self
+    where
+        F: for<'a> Fn(&'a Parts) -> Option<Cow<'a, str>> + Send + Sync + 'static,
+    {
+        self.user_id = UserIdSource::Borrowing(Arc::new(f));
         self
     }
 

@@ -2,6 +2,7 @@
 
 use std::task::{Context, Poll};
 
+use http::request::Parts;
 use http::{Request, Response};
 use tower_service::Service;
 
@@ -11,7 +12,7 @@ use super::future::ResponseFuture;
 use super::rejection::{reject, with_headers};
 use super::RateLimitLayer;
 use crate::decision::Decision;
-use crate::limiter::RateLimiter;
+use crate::limiter::{Pending, RateLimiter};
 use crate::request::CheckRequest;
 
 /// The service made by [`RateLimitLayer`].
@@ -45,49 +46,37 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (parts, body) = request.into_parts();
-        let user_id = self.layer.user_id.as_ref().and_then(|f| f(&parts));
-        let ip = if user_id.is_none() {
-            let ip = extract::peer_ip(&parts).map(|peer| self.layer.client_ip.client(&parts, peer));
-            if ip.is_none() {
-                extract::warn_no_user_once();
-            }
-            ip
-        } else {
-            None
-        };
-        let endpoint = self.layer.endpoint_of(&parts);
-        let cost = self.layer.cost.as_ref().map_or(1, |f| f(&parts));
-        let request = Request::from_parts(parts, body);
         let span = tracing::debug_span!(
             "rate_limit",
             tier = tracing::field::Empty,
             decision = tracing::field::Empty
         );
-        // In memory the decision is made here and now: no boxed future, no service clone.
-        let check = CheckRequest::new(user_key(&user_id, ip), endpoint.as_str()).with_cost(cost);
-        let decided = span.in_scope(|| self.layer.limiter.check_now(check));
+        // In memory the decision is made here and now, with the user id borrowed from the
+        // request: no allocation, no boxed future, no service clone.
+        let decided = span.in_scope(|| self.check(&parts));
+        let request = Request::from_parts(parts, body);
         let style = self.layer.limiter.config().headers();
-        if let Some(decision) = decided {
-            record_on(&span, &decision);
-            if !decision.allowed() {
-                let rejection = self.layer.rejection.as_ref();
-                return ResponseFuture::rejected(reject(&decision, style, rejection));
+        let pending = match decided {
+            Ok(decision) => {
+                record_on(&span, &decision);
+                if !decision.allowed() {
+                    let rejection = self.layer.rejection.as_ref();
+                    return ResponseFuture::rejected(reject(&decision, style, rejection));
+                }
+                return ResponseFuture::inner(self.inner.call(request), decision, style);
             }
-            return ResponseFuture::inner(self.inner.call(request), decision, style);
-        }
+            Err(pending) => pending,
+        };
         // A store that waits (Redis): keep the service that poll_ready made ready, leave a
-        // fresh clone in its place, and decide in a boxed future.
+        // fresh clone in its place, and take the keys (worked out once, above) to the store in
+        // a boxed future.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let limiter = self.layer.limiter.clone();
         let rejection = self.layer.rejection.clone();
         let recorder = span.clone();
         let future = async move {
-            let decision = limiter
-                .check_request(
-                    CheckRequest::new(user_key(&user_id, ip), endpoint.as_str()).with_cost(cost),
-                )
-                .await;
+            let decision = limiter.finish(pending).await;
             record_on(&recorder, &decision);
             if !decision.allowed() {
                 return Ok(reject(&decision, style, rejection.as_ref()));
@@ -96,6 +85,30 @@ where
             Ok(with_headers(response, &decision, style))
         };
         ResponseFuture::waiting(Box::pin(tracing::Instrument::instrument(future, span)))
+    }
+}
+
+impl<S> RateLimit<S> {
+    /// Checks a request's head: the decision when the store answers at once, else the
+    /// pending check for the store that waits.
+    #[inline]
+    fn check(&self, parts: &Parts) -> Result<Decision, Pending> {
+        let layer = &self.layer;
+        let user_id = layer.user_id.of(parts);
+        let ip = if user_id.is_none() {
+            let ip = extract::peer_ip(parts).map(|peer| layer.client_ip.client(parts, peer));
+            if ip.is_none() {
+                extract::warn_no_user_once();
+            }
+            ip
+        } else {
+            None
+        };
+        let endpoint = layer.endpoint_of(parts);
+        let cost = layer.cost.as_ref().map_or(1, |f| f(parts));
+        let check =
+            CheckRequest::new(user_key(user_id.as_deref(), ip), endpoint.as_str()).with_cost(cost);
+        layer.limiter.check_now(check)
     }
 }
 

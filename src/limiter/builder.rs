@@ -4,14 +4,46 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Inner, RateLimiter};
+use super::{LimiterParts, RateLimiter};
 use crate::clock::{Clock, SystemClock};
 use crate::config::RateLimitConfig;
 use crate::connect_error::ConnectError;
 use crate::plan::PlanResolver;
 use crate::store::{Backend, BackendListener, DynStore, MemoryStore, Store};
 
-/// Builds a [`RateLimiter`] with a chosen clock or store.
+/// Builds a [`RateLimiter`] with a chosen clock, store, backend listener or plan resolver.
+///
+/// ```
+/// use std::time::Duration;
+/// use tiered_ratelimit::store::MemoryStore;
+/// use tiered_ratelimit::{Backend, ManualClock, RateLimitConfig, RateLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tiered_ratelimit::ConfigError> {
+/// let config = RateLimitConfig::builder()
+///     .user_limit(1)
+///     .plan("premium", 3)
+///     .build()?;
+/// let clock = ManualClock::new();
+/// let limiter = RateLimiter::builder(config)
+///     .clock(clock.clone()) // time moves only when the test says so
+///     .memory_store(MemoryStore::with_max_keys(10_000))
+///     .plan_resolver(Duration::from_secs(60), |user| {
+///         user.starts_with("vip-").then(|| "premium".to_owned())
+///     })
+///     .on_backend_change(|backend| eprintln!("now on {backend:?}"))
+///     .build();
+/// assert_eq!(limiter.backend(), Backend::Memory);
+///
+/// assert!(limiter.check("bob", "/").await.allowed());
+/// assert!(!limiter.check("bob", "/").await.allowed());
+/// for _ in 0..3 {
+///     assert!(limiter.check("vip-carol", "/").await.allowed()); // on the premium plan
+/// }
+/// clock.advance(Duration::from_secs(61));
+/// assert!(limiter.check("bob", "/").await.allowed());
+/// # Ok(()) }
+/// ```
 #[must_use]
 pub struct RateLimiterBuilder {
     config: RateLimitConfig,
@@ -105,7 +137,7 @@ impl RateLimiterBuilder {
             }
         });
         RateLimiter {
-            inner: Arc::new(Inner {
+            inner: Arc::new(LimiterParts {
                 config: self.config,
                 clock: self.clock.unwrap_or_else(|| {
                     // The system clock calibrates its counter on first use (under a

@@ -42,9 +42,9 @@ fn decide(outcome: Result<StoreOutcome, StoreError>, backend: &'static str) -> D
         Ok(StoreOutcome::Admitted {
             remaining,
             binding,
-            reset,
+            resets_in,
             shadow_denied: None,
-        }) => Decision::admit(remaining).with_binding(binding, reset),
+        }) => Decision::admit(remaining).with_binding(binding, resets_in),
         Ok(StoreOutcome::Admitted {
             shadow_denied: Some((tier, retry_after)),
             ..
@@ -76,7 +76,9 @@ impl Future for CheckFuture<'_> {
     }
 }
 
-struct Inner {
+/// What every clone of a [`RateLimiter`] shares: its configuration, clock, store, plan
+/// resolver and backend watcher.
+struct LimiterParts {
     config: RateLimitConfig,
     clock: Arc<dyn Clock>,
     /// Every store the same way, through the one seam: memory answers through
@@ -88,7 +90,7 @@ struct Inner {
     watcher: Option<(BackendListener, std::sync::Mutex<Backend>)>,
 }
 
-impl Inner {
+impl LimiterParts {
     /// Tells the watcher's listener if the backend changed since it last heard.
     fn watch_backend(&self) {
         if let Some((listener, last)) = &self.watcher {
@@ -144,7 +146,7 @@ fn label(backend: Backend) -> &'static str {
 /// ```
 #[derive(Clone)]
 pub struct RateLimiter {
-    inner: Arc<Inner>,
+    inner: Arc<LimiterParts>,
 }
 
 impl fmt::Debug for RateLimiter {
@@ -275,11 +277,20 @@ impl RateLimiter {
     }
 
     /// The decision, made now, when the store answers without waiting ([`Store::check_now`]:
-    /// memory) or no tier applies; `None` when it has to wait (Redis, most custom stores):
-    /// then use [`check_request`](Self::check_request).
+    /// memory) or no tier applies; else the request's keys, worked out once and owned, for
+    /// [`finish`](Self::finish) to take to the store (the layer's path: its request's parts
+    /// are gone by the time a waiting store answers).
     #[inline]
-    pub(crate) fn check_now(&self, request: CheckRequest<'_>) -> Option<Decision> {
-        self.try_now(request).ok()
+    pub(crate) fn check_now(&self, request: CheckRequest<'_>) -> Result<Decision, Pending> {
+        self.try_now(request).map_err(|(now, keys)| Pending {
+            now,
+            keys: keys.into_owned(),
+        })
+    }
+
+    /// Takes a [`Pending`] check to the store that has to wait for it.
+    pub(crate) async fn finish(&self, pending: Pending) -> Decision {
+        self.check_remote(pending.now, pending.keys).await
     }
 
     /// The decision now if the store can give it; else the time and the request's keys, worked
@@ -356,4 +367,11 @@ impl RateLimiter {
             tracing::warn!(%error, %tier, "rate limit reset failed");
         }
     }
+}
+
+/// A check the store could not answer at once: its time and its keys, owned, so that it can
+/// wait in a `'static` future.
+pub(crate) struct Pending {
+    now: Duration,
+    keys: Keys<'static>,
 }

@@ -36,8 +36,9 @@ pub struct TierCheck<'a> {
     pub id: &'a str,
     /// The tier's limit for this request (never 0: switched-off tiers are left out).
     pub limit: u64,
-    /// Shadow mode: when this tier is full it does not deny; the request is recorded in the
-    /// tiers that have room (not in this one) and reported as a shadow denial.
+    /// Shadow mode: with room, the tier records the request as usual; when full it does not
+    /// deny, and the request is recorded in the tiers that have room (not in this one) and
+    /// reported as a shadow denial ([`StoreOutcome::with_shadow_denied`]).
     pub shadow: bool,
 }
 
@@ -69,9 +70,10 @@ pub enum StoreOutcome {
         remaining: u64,
         /// The tier with that smallest capacity (the first, in tier order, of equals).
         binding: Tier,
-        /// When that tier next gains capacity: its oldest live entry leaves the window (for
-        /// a full shadow tier, when it would have room).
-        reset: Duration,
+        /// How long until that tier next gains capacity: its oldest live entry leaves the
+        /// window (for a full shadow tier, when it would have room). Not "reset": in this
+        /// crate a reset ([`Store::reset`]) forgets a key.
+        resets_in: Duration,
         /// The first shadow tier that was full (and so did not record the request), and when
         /// it would have had room: what enforcing it would have answered.
         shadow_denied: Option<(Tier, Duration)>,
@@ -120,12 +122,12 @@ impl<'a> StoreRequest<'a> {
 }
 
 impl StoreOutcome {
-    /// Admitted: `remaining` in the `binding` tier, which next gains capacity after `reset`.
-    pub fn admitted(remaining: u64, binding: Tier, reset: Duration) -> Self {
+    /// Admitted: `remaining` in the `binding` tier, which next gains capacity after `resets_in`.
+    pub fn admitted(remaining: u64, binding: Tier, resets_in: Duration) -> Self {
         Self::Admitted {
             remaining,
             binding,
-            reset,
+            resets_in,
             shadow_denied: None,
         }
     }
@@ -138,12 +140,12 @@ impl StoreOutcome {
             Self::Admitted {
                 remaining,
                 binding,
-                reset,
+                resets_in,
                 ..
             } => Self::Admitted {
                 remaining,
                 binding,
-                reset,
+                resets_in,
                 shadow_denied: Some((tier, retry_after)),
             },
             denied => denied,
@@ -165,13 +167,13 @@ impl StoreOutcome {
             Verdict::Admitted {
                 remaining,
                 binding,
-                reset,
+                resets_in,
                 shadow_denied,
                 ..
             } => Self::Admitted {
                 remaining,
                 binding: tiers[binding].tier,
-                reset,
+                resets_in,
                 shadow_denied: shadow_denied.map(|(i, wait)| (tiers[i].tier, wait)),
             },
         }
@@ -183,7 +185,7 @@ impl StoreOutcome {
         Self::Admitted {
             remaining: u64::MAX,
             binding: Tier::Global,
-            reset: Duration::ZERO,
+            resets_in: Duration::ZERO,
             shadow_denied: None,
         }
     }

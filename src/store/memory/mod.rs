@@ -70,11 +70,13 @@ const SHARDS: usize = 64;
 ///   than its limit: it fails closed, for new ids only, until room frees up.
 #[derive(Clone, Debug)]
 pub struct MemoryStore {
-    inner: Arc<Inner>,
+    inner: Arc<TierLogs>,
 }
 
+/// What every clone of a [`MemoryStore`] shares: the tiers' logs (user and endpoint maps, the
+/// global log) and the bookkeeping of the key cap and the sweep.
 #[derive(Debug)]
-struct Inner {
+struct TierLogs {
     users: LogMap,
     endpoints: LogMap,
     global: Mutex<Log>,
@@ -133,7 +135,7 @@ impl MemoryStore {
     pub fn with_max_keys(max_keys: usize) -> Self {
         let map = || LogMap::with_hasher_and_shard_amount(ahash::RandomState::new(), SHARDS);
         Self {
-            inner: Arc::new(Inner {
+            inner: Arc::new(TierLogs {
                 users: map(),
                 endpoints: map(),
                 global: Mutex::new(Log::default()),
@@ -243,7 +245,7 @@ fn has_duplicate_tier(tiers: &[TierCheck<'_>]) -> bool {
         .any(|(i, a)| tiers[..i].iter().any(|b| b.tier == a.tier))
 }
 
-impl Inner {
+impl TierLogs {
     /// Decides one request under its tiers' locks. `Err(tier)`: the request would be admitted
     /// but needs a new key (the first such is `tier`'s) while the key cap is reached; nothing
     /// was recorded.
@@ -270,10 +272,21 @@ impl Inner {
         let outcome = StoreOutcome::of_verdict(&verdict, tiers);
         // Denied: the logs are left as they were, and a key made for this check (`Held::New`)
         // is dropped with the guards, never inserted.
-        let Verdict::Admitted { records, .. } = verdict else {
-            return Ok(outcome);
-        };
-        // Admitted. New keys are inserted only now, and only within the cap.
+        if let Verdict::Admitted { records, .. } = verdict {
+            self.record(&mut held, records, req, now)?;
+        }
+        Ok(outcome)
+    }
+
+    /// Records an admitted request in the tiers that `records` it. New keys are inserted only
+    /// now, and only within the cap: `Err` names the first tier whose new key would pass it.
+    fn record(
+        &self,
+        held: &mut [Option<Held<'_>>; 3],
+        records: [bool; 3],
+        req: &StoreRequest<'_>,
+        now: u64,
+    ) -> Result<(), Tier> {
         let is_new = |h: &Option<Held<'_>>| matches!(h, Some(Held::New(..)));
         let mut new_keys = 0;
         let mut first_new = None;
@@ -283,10 +296,9 @@ impl Inner {
                 first_new = first_new.or(Some(i));
             }
         }
-        let new_keys_recorded = new_keys > 0;
         if let Some(first) = first_new {
             if !self.try_reserve(new_keys) {
-                return Err(tiers[first].tier);
+                return Err(req.tiers[first].tier);
             }
         }
         for (h, _) in held.iter_mut().zip(records).filter(|(_, r)| *r) {
@@ -297,7 +309,7 @@ impl Inner {
             let at = log.entries.back().map_or(now, |&b| b.max(now));
             log.record(at, req.cost);
         }
-        if new_keys_recorded {
+        if new_keys > 0 {
             for h in held.iter_mut() {
                 if let Some(Held::New(..)) = h {
                     if let Some(Held::New(new)) = h.take() {
@@ -309,7 +321,7 @@ impl Inner {
                 }
             }
         }
-        Ok(outcome)
+        Ok(())
     }
 
     /// Locks every tier's log (in `tiers`' order), always taking them user, endpoint, global.

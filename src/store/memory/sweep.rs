@@ -2,9 +2,9 @@
 
 use std::sync::atomic::Ordering;
 
-use super::Inner;
+use super::TierLogs;
 
-impl Inner {
+impl TierLogs {
     /// Evicts idle keys from both maps. Only one thread sweeps at a time; the others go on.
     pub(super) fn sweep(&self, now: u64, window: u64) {
         let Some(_sweeping) = self.sweeping.try_lock() else {

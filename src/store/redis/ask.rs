@@ -22,7 +22,7 @@ use fred::prelude::{
 use fred::types::{ClusterHash, CustomCommand, Value};
 
 use super::super::StoreError;
-use super::{connection, fred_error, Inner};
+use super::{connection, fred_error, Connections};
 use crate::config::RedisConfig;
 
 /// fred's `max_command_attempts` on a cluster: more than its redirection budget, so that an
@@ -57,7 +57,7 @@ enum Redirected<'a> {
     Zrem { member: &'a str },
 }
 
-impl Inner {
+impl Connections {
     /// The script on one key of a cluster, following an ASK.
     pub(super) async fn eval_one(
         &self,

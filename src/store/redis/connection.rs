@@ -8,7 +8,7 @@ use fred::prelude::{
     Builder, Client, ClientLike, ConnectionConfig, Error as FredError, PerformanceConfig,
 };
 
-use super::{ask, Inner, RedisStore};
+use super::{ask, Connections, RedisStore};
 use crate::config::RedisConfig;
 use crate::connect_error::ConnectError;
 
@@ -132,7 +132,7 @@ impl RedisStore {
     }
 }
 
-impl Inner {
+impl Connections {
     /// The first connection, within the connect timeout: connect, load the script, subscribe
     /// to invalidations (which may fail on its own: it only turns the denial cache off).
     async fn connect(&self) -> Result<(), ConnectError> {
@@ -190,7 +190,7 @@ impl Inner {
     }
 }
 
-impl Drop for Inner {
+impl Drop for Connections {
     fn drop(&mut self) {
         self.shutdown();
     }

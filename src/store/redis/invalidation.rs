@@ -6,7 +6,7 @@ use std::time::Duration;
 use fred::prelude::PubsubInterface;
 use fred::prelude::{Client, ClientLike, Error as FredError, ErrorKind, EventInterface};
 
-use super::Inner;
+use super::Connections;
 
 /// The invalidation channel of a key prefix: every store on it forgets the keys published.
 fn channel(prefix: &str) -> String {
@@ -19,7 +19,7 @@ pub(super) async fn publish(client: &Client, prefix: &str, key: String) -> Resul
     Ok(())
 }
 
-impl Inner {
+impl Connections {
     /// Subscribes a connection of its own to the invalidation channel, and turns the denial
     /// cache on once it is subscribed. Any failure, error or lag on that connection turns the
     /// cache off (and empties it) for good: nothing is then answered that a reset elsewhere

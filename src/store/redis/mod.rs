@@ -64,10 +64,12 @@ mod tls;
 /// the swap to memory.
 #[derive(Clone)]
 pub struct RedisStore {
-    inner: Arc<Inner>,
+    inner: Arc<Connections>,
 }
 
-struct Inner {
+/// What every clone of a [`RedisStore`] shares: the Redis clients (commands, the invalidation
+/// listener, the ASK followers), their connection state and settings, and the denial cache.
+struct Connections {
     client: Client,
     script: Script,
     prefix: String,
@@ -120,7 +122,7 @@ impl RedisStore {
             }
         };
         let store = Self {
-            inner: Arc::new(Inner {
+            inner: Arc::new(Connections {
                 client,
                 script: Script::from_lua(script::SOURCE),
                 prefix: prefix.to_owned(),

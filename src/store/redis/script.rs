@@ -215,7 +215,7 @@ mod tests {
             StoreOutcome::Admitted {
                 remaining: 0,
                 binding: Tier::User,
-                reset: wait,
+                resets_in: wait,
                 shadow_denied: Some((Tier::User, wait)),
             }
         );

@@ -1,5 +1,6 @@
 //! In-memory check cost, side by side with governor's keyed limiter (one `check_key` per tier,
-//! three in all), in one run. `cargo bench --bench check`; docs/BENCHMARKS.md has the figures.
+//! three in all), in one run: `cargo bench -p tiered-ratelimit-benches --bench check`;
+//! docs/BENCHMARKS.md has the figures.
 
 use std::future::Future;
 use std::hint::black_box;

@@ -1,7 +1,9 @@
 //! Instruction-count harness: N three-tier memory checks on hot keys, a ManualClock moving
 //! 1 µs per check and a 1 ms window (so every log holds ~1000 live entries and trims one per
 //! check). Run under `valgrind --tool=callgrind`; compare the instructions with N and 2N to
-//! get the instructions per check.
+//! get the instructions per check:
+//! `cargo build --release -p tiered-ratelimit-benches --example count_check`, then
+//! `valgrind --tool=callgrind target/release/examples/count_check N` (docs/BENCHMARKS.md).
 use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};

@@ -1,7 +1,7 @@
 //! The client of `benches/redis.sh`: checks per second of our limiter on Redis.
 //!
 //! ```text
-//! cargo run --release --example bench_redis -- --redis redis://127.0.0.1:6379 \
+//! cargo run --release -p tiered-ratelimit-benches --example bench_redis -- --redis redis://127.0.0.1:6379 \
 //!     [--concurrency 16] [--checks 200000] [--warmup 20000] [--users 10000] [--window 1s] \
 //!     [--time-source app|redis] [--timeout 1s] [--workers 1] [--limiters 1] [--cost 1]
 //! ```

@@ -2,7 +2,7 @@
 //! behind our `RateLimitLayer`, or behind `tower_governor`, with limits never reached.
 //!
 //! ```text
-//! cargo run --release --example bench_http -- --mode bare|ours|governor \
+//! cargo run --release -p tiered-ratelimit-benches --example bench_http -- --mode bare|ours|governor \
 //!     [--listen 127.0.0.1:0] [--workers N]
 //! ```
 //!
