@@ -38,9 +38,9 @@
 //!
 //!     let app = Router::new()
 //!         .route("/api/v1/items/{id}", get(|| async { "item" }))
-//!         .route_layer(RateLimitLayer::new(config).user_id(|parts| {
-//!             parts.headers.get("x-user-id")?.to_str().ok().map(str::to_owned)
-//!         }));
+//!         // The user id: a header your authentication in front sets (read without an
+//!         // allocation); `.user_id(|parts| ...)` takes a closure instead.
+//!         .route_layer(RateLimitLayer::new(config).user_id_header("x-user-id"));
 //!
 //!     // With the client's address, requests without a user id are limited by client IP.
 //!     let listener = tokio::net::TcpListener::bind("0.0.0.0:3000").await?;
