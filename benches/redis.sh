@@ -8,10 +8,10 @@
 # The script starts its own redis-server on a free loopback port (--save "" --appendonly no),
 # killed on exit. For each concurrency (1, 16, 64) and each of REPS rounds, interleaved:
 #
-#   ours             benches/examples/bench_redis.rs: RateLimiter::connect(config) with the Redis URL,
-#                    three tiers on, limits 2^40 in a 1 s window (never reached), check i by
-#                    user i % 10000, from N tokio tasks sharing one limiter (one fred client:
-#                    one connection, commands of concurrent tasks pipelined on it);
+#   ours             benches/examples/bench_redis.rs: RateLimiter::connect(config) with the
+#                    Redis URL, three tiers on, limits 2^40 in a 1 s window (never reached),
+#                    check i by user i % 10000, from N tokio tasks sharing one limiter (one fred
+#                    client: one connection, commands of concurrent tasks pipelined on it);
 #   redis-benchmark  EVALSHA <sha> 3 rate_limit:user:__rand_int__ rate_limit:endpoint:/bench
 #                    rate_limit:global "" 1000000 1 2^40 2^40 2^40, with -c N connections,
 #                    -P 1 (no pipelining), -r 10000 (10,000 users). ARGV[1] "" makes the
