@@ -19,6 +19,7 @@ use crate::request::{Keys, NO_TIER};
 use crate::store::{Backend, BackendListener, DynStore, StoreError, StoreOutcome, StoreRequest};
 use crate::tier::Tier;
 
+mod acquire;
 mod builder;
 
 pub use self::builder::RateLimiterBuilder;
