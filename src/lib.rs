@@ -191,7 +191,7 @@ pub use crate::header_style::HeaderStyle;
 #[doc(inline)]
 pub use crate::layer::{RateLimit, RateLimitLayer, ResponseBody, ResponseFuture};
 #[doc(inline)]
-pub use crate::limiter::{RateLimiter, RateLimiterBuilder};
+pub use crate::limiter::{RateLimiter, RateLimiterBuilder, Usage};
 #[doc(inline)]
 pub use crate::request::{CheckRequest, UserKey};
 #[doc(inline)]

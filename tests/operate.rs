@@ -6,6 +6,8 @@ mod common;
 
 #[path = "operate/acquire.rs"]
 mod acquire;
+#[path = "operate/usage.rs"]
+mod usage;
 
 use std::time::Duration;
 
@@ -71,7 +73,9 @@ pub fn follow_tokio_time(clock: &ManualClock) -> tokio::time::Instant {
     tokio::spawn(async move {
         loop {
             let real = || std::thread::sleep(Duration::from_micros(500));
-            tokio::task::spawn_blocking(real).await.expect("pacing task");
+            tokio::task::spawn_blocking(real)
+                .await
+                .expect("pacing task");
             tokio::time::sleep(TICK).await;
             clock.set(base + start.elapsed());
         }

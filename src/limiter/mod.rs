@@ -21,8 +21,10 @@ use crate::tier::Tier;
 
 mod acquire;
 mod builder;
+mod usage;
 
 pub use self::builder::RateLimiterBuilder;
+pub use self::usage::Usage;
 
 /// The decision for a store's answer to `req`, with the tiers that applied and its cost.
 #[inline]

@@ -38,6 +38,7 @@ mod invalidation;
 mod script;
 #[cfg(feature = "tls")]
 mod tls;
+mod usage;
 
 /// Sliding logs in Redis sorted sets, shared by every app instance on the same Redis.
 ///
@@ -256,6 +257,14 @@ impl Store for RedisStore {
                 .await
                 .unwrap_or_else(|_| Err(timed_out(timeout)))
         }
+    }
+
+    /// One read-only script (`usage.lua`); on a cluster, one per tier.
+    fn usage(
+        &self,
+        request: &StoreRequest<'_>,
+    ) -> impl Future<Output = Result<Vec<super::TierUsage>, StoreError>> + Send {
+        self.usage_timed(request)
     }
 
     fn backend(&self) -> Backend {
