@@ -6,6 +6,8 @@ mod common;
 
 #[path = "operate/acquire.rs"]
 mod acquire;
+#[path = "operate/reconfigure.rs"]
+mod reconfigure;
 #[path = "operate/usage.rs"]
 mod usage;
 
@@ -21,6 +23,20 @@ use crate::common::TestBackend;
 /// tests that pause tokio's time let it jump while a command is in flight, and a short timeout
 /// could then fire without Redis being slow at all.
 pub fn config(b: &TestBackend, config: RateLimitConfigBuilder) -> RateLimitConfig {
+    config_prefixed(b, config, None)
+}
+
+/// The same, with the keys under `prefix` (on the cluster, instead of the test's own).
+pub fn config_prefixed(
+    b: &TestBackend,
+    config: RateLimitConfigBuilder,
+    prefix: Option<&str>,
+) -> RateLimitConfig {
+    let config = match (prefix, b) {
+        (Some(prefix), _) => config.key_prefix(prefix),
+        (None, TestBackend::Cluster(_, prefix)) => config.key_prefix(prefix.clone()),
+        (None, _) => config,
+    };
     let redis = |config: RateLimitConfigBuilder, url: String| {
         config
             .redis_url(url)
@@ -32,9 +48,7 @@ pub fn config(b: &TestBackend, config: RateLimitConfigBuilder) -> RateLimitConfi
     match b {
         TestBackend::Memory => config.build().expect("valid config"),
         TestBackend::Redis(server) => redis(config, server.url()),
-        TestBackend::Cluster(cluster, prefix) => {
-            redis(config.key_prefix(prefix.clone()), cluster.url())
-        }
+        TestBackend::Cluster(cluster, _) => redis(config, cluster.url()),
     }
 }
 
@@ -84,13 +98,20 @@ pub fn follow_tokio_time(clock: &ManualClock) -> tokio::time::Instant {
 }
 
 /// Runs each named body (an `async fn(TestBackend)` in module `$module`) on memory, Redis and
-/// the cluster, on a current-thread runtime (tokio's time can be paused there).
+/// the cluster, on a current-thread runtime (tokio's time can be paused there), or with
+/// `threaded` on two worker threads.
 #[macro_export]
 macro_rules! on_every_backend {
     ($module:ident: $($name:ident),* $(,)?) => {
+        $crate::on_every_backend!(@with $module, (), $($name),*);
+    };
+    ($module:ident, threaded: $($name:ident),* $(,)?) => {
+        $crate::on_every_backend!(@with $module, (flavor = "multi_thread", worker_threads = 2), $($name),*);
+    };
+    (@with $module:ident, $flavor:tt, $($name:ident),*) => {
         mod memory {
             $(
-                #[tokio::test]
+                #[tokio::test $flavor]
                 async fn $name() {
                     $crate::$module::$name($crate::common::TestBackend::memory()).await;
                 }
@@ -99,7 +120,7 @@ macro_rules! on_every_backend {
         #[cfg(feature = "redis")]
         mod redis {
             $(
-                #[tokio::test]
+                #[tokio::test $flavor]
                 async fn $name() {
                     $crate::$module::$name($crate::common::TestBackend::redis()).await;
                 }
@@ -108,7 +129,7 @@ macro_rules! on_every_backend {
         #[cfg(feature = "redis")]
         mod cluster {
             $(
-                #[tokio::test]
+                #[tokio::test $flavor]
                 async fn $name() {
                     $crate::$module::$name($crate::common::TestBackend::cluster()).await;
                 }

@@ -62,9 +62,10 @@ impl RateLimiter {
     /// [`usage`](Self::usage) for any [`CheckRequest`] (an address-keyed or anonymous caller,
     /// an unmatched route). Its cost is ignored.
     pub async fn usage_request(&self, request: CheckRequest<'_>) -> Result<Usage, StoreError> {
-        let config = &self.inner.config;
+        let live = self.inner.live.load_full();
+        let config = &*live.config;
         let now = self.inner.clock.now();
-        let keys = Keys::new(config, request, self.plan_limit(request.user, now));
+        let keys = Keys::new(config, request, live.plan_limit(request.user, now));
         let mut tiers = [NO_TIER; 3];
         let window = config.window();
         let Some(req) = keys.store_request(now, config, &mut tiers) else {
