@@ -168,6 +168,25 @@ fn header_name(value: &str) -> Result<HeaderName, String> {
     HeaderName::try_from(value).map_err(|_| "not a header name".to_owned())
 }
 
+/// The command line and the config it makes; a wrong one ends the process with clap's message
+/// and exit code 2.
+fn settings() -> (Cli, RateLimitConfig) {
+    let cli = Cli::parse();
+    // Not clap's `requires`: that would also fire on RATE_LIMIT_REDIS_REQUIRED=false.
+    if cli.redis_required && cli.redis.is_none() {
+        let message = "--redis-required needs --redis URL (or RATE_LIMIT_REDIS_URL)";
+        Cli::command()
+            .error(ErrorKind::MissingRequiredArgument, message)
+            .exit()
+    }
+    match cli.config() {
+        Ok(config) => (cli, config),
+        Err(e) => Cli::command()
+            .error(ErrorKind::ValueValidation, format!("invalid settings: {e}"))
+            .exit(),
+    }
+}
+
 impl Cli {
     /// The validated config, or the setting that is wrong (the config names its field).
     fn config(&self) -> Result<RateLimitConfig, tiered_ratelimit::ConfigError> {
@@ -258,19 +277,7 @@ async fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
-    let cli = Cli::parse();
-    // Not clap's `requires`: that would also fire on RATE_LIMIT_REDIS_REQUIRED=false.
-    if cli.redis_required && cli.redis.is_none() {
-        let message = "--redis-required needs --redis URL (or RATE_LIMIT_REDIS_URL)";
-        Cli::command()
-            .error(ErrorKind::MissingRequiredArgument, message)
-            .exit()
-    }
-    let config = cli.config().unwrap_or_else(|e| {
-        Cli::command()
-            .error(ErrorKind::ValueValidation, format!("invalid settings: {e}"))
-            .exit()
-    });
+    let (cli, config) = settings();
     let limiter = if cli.redis_required {
         match RateLimiter::try_connect(config.clone()).await {
             Ok(limiter) => limiter,
