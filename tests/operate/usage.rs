@@ -261,3 +261,29 @@ async fn usage_is_one_round_trip_on_redis() {
     assert_eq!(calls("evalsha") - evalsha, 5);
     assert_eq!((calls("zadd"), calls("zremrangebyscore")), (zadd, del));
 }
+
+/// The script's other member form (a key that has only seen cost-1 requests may hold plain
+/// members, one unit each, named by their score): usage counts them too. Written by hand here,
+/// as that form of `script.lua` would write them.
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn usage_reads_plain_members_on_redis() {
+    let b = TestBackend::redis();
+    let clock = ManualClock::at(Duration::from_secs(1_000_000));
+    let (limiter, _) = setup(&b, limits(5, 0, 0, MINUTE), &clock).await;
+    let server = b.server().unwrap();
+    let key = "rate_limit:user:plain";
+    // Two members in the window (one at exactly now - window), one before it.
+    for at in [999_939_999_999u64, 999_940_000_000, 999_990_000_000] {
+        let at = at.to_string();
+        server.cli(&["ZADD", key, &at, &at]);
+    }
+    server.cli(&["ZADD", key, "999990000000", "999990000000-1"]);
+    let usage = limiter.usage("plain", "/a").await.unwrap();
+    let user = usage.tier(Tier::User).unwrap();
+    assert_eq!((user.used, user.remaining), (3, 2), "{usage:?}");
+    assert_eq!(
+        user.next_free_in, US,
+        "the entry at now - window leaves in 1 µs"
+    );
+}
