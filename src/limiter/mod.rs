@@ -16,7 +16,6 @@ use crate::decision::Decision;
 use crate::header_style::HeaderStyle;
 use crate::key::encode_id;
 use crate::observe;
-use crate::plan::PlanResolver;
 use crate::request::{CheckRequest, UserKey};
 use crate::request::{Keys, NO_TIER};
 use crate::store::{Backend, BackendListener, DynStore, StoreError, StoreOutcome, StoreRequest};
@@ -24,10 +23,12 @@ use crate::tier::Tier;
 
 mod acquire;
 mod builder;
+mod live;
 mod reconfigure;
 mod usage;
 
 pub use self::builder::RateLimiterBuilder;
+use self::live::Live;
 pub use self::usage::Usage;
 
 /// The decision for a store's answer to `req`, with the tiers that applied and its cost.
@@ -96,33 +97,6 @@ struct LimiterParts {
     /// For a store that does not call listeners itself: the listener, and the backend it last
     /// heard of.
     watcher: Option<(BackendListener, std::sync::Mutex<Backend>)>,
-}
-
-/// One configuration and what is derived from it: the plan resolver's cache holds limits
-/// from this configuration's plans, so a new configuration starts a new cache.
-struct Live {
-    config: Arc<RateLimitConfig>,
-    plans: Option<PlanResolver>,
-}
-
-impl Live {
-    /// The user limit of `user`'s plan: the config's `users` map first, then the resolver
-    /// (cached); `None` for the default limit.
-    #[inline]
-    fn plan_limit(&self, user: UserKey<'_>, now: Duration) -> Option<u64> {
-        let UserKey::Id(id) = user else {
-            return None;
-        };
-        let config = &*self.config;
-        if !config.has_plans() {
-            return None;
-        }
-        if let Some(plan) = config.plan_of(id) {
-            return Some(plan.user_limit);
-        }
-        let resolver = self.plans.as_ref()?;
-        resolver.limit(id, config, now)
-    }
 }
 
 impl LimiterParts {
