@@ -134,3 +134,58 @@ crate::on_every_backend!(acquire:
     a_cost_that_can_never_fit_is_denied_at_once,
     concurrent_waiters_never_over_admit,
 );
+
+/// Memory underneath, counting the checks that reach it.
+#[derive(Clone, Default)]
+struct Counting {
+    memory: tiered_ratelimit::store::MemoryStore,
+    checks: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl tiered_ratelimit::store::Store for Counting {
+    fn check(
+        &self,
+        request: &tiered_ratelimit::store::StoreRequest<'_>,
+    ) -> impl std::future::Future<
+        Output = Result<tiered_ratelimit::store::StoreOutcome, tiered_ratelimit::store::StoreError>,
+    > + Send {
+        self.checks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tiered_ratelimit::store::Store::check(&self.memory, request)
+    }
+    fn reset(
+        &self,
+        tier: Tier,
+        id: &str,
+    ) -> impl std::future::Future<Output = Result<(), tiered_ratelimit::store::StoreError>> + Send
+    {
+        tiered_ratelimit::store::Store::reset(&self.memory, tier, id)
+    }
+    fn backend(&self) -> tiered_ratelimit::Backend {
+        tiered_ratelimit::Backend::Custom
+    }
+}
+
+/// A wait of 10 s is a sleep, not a loop: the store sees the first check, the one after the
+/// wake-up, and at most one more (the manual clock follows tokio's in 5 ms ticks, so a waiter
+/// can wake a tick before the limiter's clock says the entry has gone).
+#[tokio::test]
+async fn waiting_is_sleeping_not_spinning() {
+    let clock = start();
+    let store = Counting::default();
+    let config = limits(1, 0, 0, 10 * SEC).build().unwrap();
+    let limiter = tiered_ratelimit::RateLimiter::builder(config)
+        .clock(clock.clone())
+        .store(store.clone())
+        .build();
+    let t0 = follow_tokio_time(&clock);
+    assert!(limiter.check("alice", "/a").await.allowed());
+    let decision = limiter.acquire("alice", "/a", 20 * SEC).await;
+    assert!(decision.allowed(), "{decision:?}");
+    assert!(t0.elapsed() > 10 * SEC, "admitted after {:?}", t0.elapsed());
+    let checks = store.checks.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        (3..=4).contains(&checks),
+        "{checks} checks reached the store"
+    );
+}
