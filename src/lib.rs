@@ -73,6 +73,7 @@
 //!   and IETF), the 429 body, client IP behind proxies, shadow mode, metrics, recovery, gRPC.
 //! - [`guides::redis`]: URLs, the script, keys, time, the fallback, TLS, strict start and
 //!   configuration errors, Redis Cluster, memory per entry.
+//! - [`guides::operations`]: live `reconfigure`, `usage` without recording, `acquire` (waiting).
 //! - [`guides::architecture`]: a request's path through layer, limiter, algorithm and store.
 //! - [`guides::benchmarks`]: measured against governor, tower_governor and redis-benchmark, with
 //!   the commands.
@@ -192,7 +193,7 @@ pub use crate::header_style::HeaderStyle;
 #[doc(inline)]
 pub use crate::layer::{RateLimit, RateLimitLayer, ResponseBody, ResponseFuture};
 #[doc(inline)]
-pub use crate::limiter::{RateLimiter, RateLimiterBuilder};
+pub use crate::limiter::{RateLimiter, RateLimiterBuilder, Usage};
 #[doc(inline)]
 pub use crate::request::{CheckRequest, UserKey};
 #[doc(inline)]
