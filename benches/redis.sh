@@ -13,10 +13,10 @@
 # The script starts its own redis-server on a free loopback port (--save "" --appendonly no),
 # killed on exit. For each concurrency (1, 16, 64) and each of REPS rounds, interleaved:
 #
-#   ours             benches/examples/bench_redis.rs: RateLimiter::connect(config) with the Redis URL,
-#                    three tiers on, limits 2^40 in a 1 s window (never reached), check i by
-#                    user i % 10000, from N tokio tasks sharing one limiter (one fred client:
-#                    one connection, commands of concurrent tasks pipelined on it); with
+#   ours             benches/examples/bench_redis.rs: RateLimiter::connect(config) with the
+#                    Redis URL, three tiers on, limits 2^40 in a 1 s window (never reached),
+#                    check i by user i % 10000, from N tokio tasks sharing one limiter (one fred
+#                    client: one connection, commands of concurrent tasks pipelined on it); with
 #                    LIMITERS="1 4", also four limiters (four connections, as four app
 #                    instances) sharing the N tasks: row ours-x4;
 #   ours-cluster     (CLUSTER=1) the same against a three-master Redis Cluster the script
@@ -26,7 +26,7 @@
 #                    PEXPIRE in every tier (no facts, no costs, no clamp);
 #   rb-script        redis-benchmark EVALSHA of src/store/redis/script.lua;
 #   rb-base          (BASE_SCRIPT=path) redis-benchmark EVALSHA of that script;
-#   ours-base        (BASE_BIN=path) examples/bench_redis built at another commit (with the
+#   ours-base        (BASE_BIN=path) benches/examples/bench_redis built at another commit (with the
 #                    script of that commit), run like ours.
 #
 # redis-benchmark sends EVALSHA <sha> 3 rate_limit:user:__rand_int__ rate_limit:endpoint:/bench

@@ -18,20 +18,31 @@
 //! `GET /api/v1/items`, `GET /api/v1/items/{id}` and `POST /api/v1/items` are limited;
 //! `GET /health` is not. The user id is the `X-User-Id` header, else the client IP. Once it
 //! accepts connections it prints one line, `listening on ADDR`, to stdout; logs go to stderr.
+//!
+//! `GET /rate-limit` (not limited, records nothing) answers the caller's own usage per limited
+//! route as JSON, as GitHub's `/rate_limit` does.
+//!
+//! With `--config FILE` the limits come from a TOML file in the config's serde form (the limit,
+//! window and Redis flags are then ignored), and SIGHUP reloads it while the server runs: a
+//! good file takes effect at once (the next request sees it) and the log says what changed; a
+//! bad one, or one that changes the Redis settings, the key prefix or the key cap (those need
+//! a restart), is refused with the reason, and the running config stays.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use axum::extract::Path;
-use axum::http::{HeaderName, StatusCode};
+use axum::extract::{ConnectInfo, Path};
+use axum::http::{HeaderMap, HeaderName, StatusCode};
 use axum::routing::get;
 use axum::{Json, Router};
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 use tiered_ratelimit::config::parse_duration;
-use tiered_ratelimit::{IpNet, RateLimitConfig, RateLimitLayer, RateLimiter};
+use tiered_ratelimit::{
+    CheckRequest, IpNet, RateLimitConfig, RateLimitLayer, RateLimiter, UserKey,
+};
 use tokio::io::AsyncWriteExt;
 
 /// The demo server: a small items API behind tiered-ratelimit's `RateLimitLayer`.
@@ -141,6 +152,115 @@ struct Cli {
     #[arg(long, env = "RATE_LIMIT_MAX_TRACKED_KEYS", value_name = "N",
           default_value_t = tiered_ratelimit::config::DEFAULT_MAX_TRACKED_KEYS)]
     max_tracked_keys: usize,
+
+    /// The config as a TOML file (the config's serde form), reloaded on SIGHUP; the limit,
+    /// window, key cap and Redis flags are then ignored
+    #[arg(long, env = "RATE_LIMIT_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+/// The routes the layer limits, as `/rate-limit` reports them.
+const LIMITED_ROUTES: [&str; 2] = ["/api/v1/items", "/api/v1/items/{id}"];
+
+/// The config in `path` (TOML, the serde form), or why not, naming the field at fault.
+fn load(path: &std::path::Path) -> Result<RateLimitConfig, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    toml::from_str(&text).map_err(|e| {
+        // A value toml could not read: name its key (the text before `=` on its line).
+        let key = e
+            .span()
+            .and_then(|span| text.get(..span.start)?.lines().last())
+            .and_then(|line| Some(line.split_once('=')?.0.trim()))
+            .filter(|key| !key.is_empty() && !e.message().starts_with(key));
+        match key {
+            Some(key) => format!("{}: {key}: {}", path.display(), e.message()),
+            None => format!("{}: {}", path.display(), e.message()),
+        }
+    })
+}
+
+/// The top-level settings that differ, as `name: old -> new`.
+fn changes(old: &RateLimitConfig, new: &RateLimitConfig) -> Vec<String> {
+    let (old, new) = (serde_json::json!(old), serde_json::json!(new));
+    let (Some(old), Some(new)) = (old.as_object(), new.as_object()) else {
+        return Vec::new();
+    };
+    let none = serde_json::Value::Null;
+    let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter_map(|key| {
+            let (a, b) = (old.get(key).unwrap_or(&none), new.get(key).unwrap_or(&none));
+            (a != b).then(|| format!("{key}: {a} -> {b}"))
+        })
+        .collect()
+}
+
+/// Reads `path` again and gives it to the limiter; a bad file keeps the running config.
+fn reload(limiter: &RateLimiter, path: &std::path::Path) {
+    let new = match load(path) {
+        Ok(new) => new,
+        Err(error) => {
+            tracing::error!(%error, "config not reloaded: the running config stays");
+            return;
+        }
+    };
+    let changed = changes(&limiter.config(), &new);
+    match limiter.reconfigure(new) {
+        Ok(()) if changed.is_empty() => tracing::info!("config reloaded: nothing changed"),
+        Ok(()) => tracing::info!(changed = %changed.join("; "), "config reloaded"),
+        Err(error) => tracing::error!(
+            field = error.field(),
+            %error,
+            "config not reloaded: the running config stays"
+        ),
+    }
+}
+
+/// Reloads the config file on every SIGHUP (installed before the server says it listens).
+#[cfg(unix)]
+fn reload_on_sighup(limiter: RateLimiter, path: PathBuf) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangups = signal(SignalKind::hangup()).expect("install SIGHUP handler");
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            reload(&limiter, &path);
+        }
+    });
+}
+
+/// `GET /rate-limit`: the caller's usage (the `X-User-Id` header, else the peer address, IPv6
+/// grouped by /64 as the layer does by default) on each limited route. Records nothing.
+async fn rate_limit(
+    limiter: RateLimiter,
+    peer: SocketAddr,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, (StatusCode, String)> {
+    let id = headers
+        .get("x-user-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|id| !id.is_empty());
+    let ip = match peer.ip().to_canonical() {
+        std::net::IpAddr::V6(v6) => {
+            let bits = u128::from(v6) & !((1u128 << 64) - 1);
+            std::net::IpAddr::V6(bits.into())
+        }
+        v4 => v4,
+    };
+    let user = id.map_or(UserKey::Ip(ip), UserKey::Id);
+    let mut resources = serde_json::Map::new();
+    for route in LIMITED_ROUTES {
+        let usage = limiter
+            .usage_request(CheckRequest::new(user, Some(route)))
+            .await
+            .map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+        resources.insert(route.to_owned(), serde_json::json!(usage));
+    }
+    let caller = id.map_or_else(|| ip.to_string(), str::to_owned);
+    Ok(Json(
+        serde_json::json!({ "user": caller, "resources": resources }),
+    ))
 }
 
 /// `--window` and `--redis-timeout`: the config file's rule, and its message.
@@ -166,6 +286,29 @@ fn trusted_proxy(value: &str) -> Result<IpNet, String> {
 
 fn header_name(value: &str) -> Result<HeaderName, String> {
     HeaderName::try_from(value).map_err(|_| "not a header name".to_owned())
+}
+
+/// The command line and the config it makes; a wrong one ends the process with clap's message
+/// and exit code 2.
+fn settings() -> (Cli, RateLimitConfig) {
+    let cli = Cli::parse();
+    // Not clap's `requires`: that would also fire on RATE_LIMIT_REDIS_REQUIRED=false.
+    if cli.redis_required && cli.redis.is_none() {
+        let message = "--redis-required needs --redis URL (or RATE_LIMIT_REDIS_URL)";
+        Cli::command()
+            .error(ErrorKind::MissingRequiredArgument, message)
+            .exit()
+    }
+    let config = match &cli.config {
+        Some(path) => load(path),
+        None => cli.config().map_err(|e| e.to_string()),
+    };
+    match config {
+        Ok(config) => (cli, config),
+        Err(e) => Cli::command()
+            .error(ErrorKind::ValueValidation, format!("invalid settings: {e}"))
+            .exit(),
+    }
 }
 
 impl Cli {
@@ -198,6 +341,7 @@ fn app(
     trusted_proxies: Vec<IpNet>,
     client_ip_header: Option<HeaderName>,
 ) -> Router {
+    let usage = limiter.clone();
     let mut layer = RateLimitLayer::from_limiter(limiter)
         .user_id(|parts| {
             let id = parts.headers.get("x-user-id")?.to_str().ok()?;
@@ -211,8 +355,13 @@ fn app(
         .route("/api/v1/items", get(list_items).post(create_item))
         .route("/api/v1/items/{id}", get(get_item))
         .route_layer(layer);
+    let rate_limit = move |ConnectInfo(peer): ConnectInfo<SocketAddr>, headers: HeaderMap| {
+        let limiter = usage.clone();
+        async move { rate_limit(limiter, peer, headers).await }
+    };
     Router::new()
         .route("/health", get(|| async { "ok" }))
+        .route("/rate-limit", get(rate_limit))
         .merge(api)
 }
 
@@ -258,19 +407,7 @@ async fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
-    let cli = Cli::parse();
-    // Not clap's `requires`: that would also fire on RATE_LIMIT_REDIS_REQUIRED=false.
-    if cli.redis_required && cli.redis.is_none() {
-        let message = "--redis-required needs --redis URL (or RATE_LIMIT_REDIS_URL)";
-        Cli::command()
-            .error(ErrorKind::MissingRequiredArgument, message)
-            .exit()
-    }
-    let config = cli.config().unwrap_or_else(|e| {
-        Cli::command()
-            .error(ErrorKind::ValueValidation, format!("invalid settings: {e}"))
-            .exit()
-    });
+    let (cli, config) = settings();
     let limiter = if cli.redis_required {
         match RateLimiter::try_connect(config.clone()).await {
             Ok(limiter) => limiter,
@@ -292,6 +429,10 @@ async fn main() -> ExitCode {
         }
     };
     let addr = listener.local_addr().expect("bound address");
+    #[cfg(unix)]
+    if let Some(path) = &cli.config {
+        reload_on_sighup(limiter.clone(), path.clone());
+    }
     tracing::info!(
         window = ?config.window(),
         user_limit = config.user_limit(),

@@ -7,6 +7,7 @@
 //!   errors, Redis Cluster, memory per entry.
 //! - [`architecture`]: a request's path through layer, limiter, algorithm and store; one
 //!   paragraph per module; the seams.
+//! - [`operations`]: changing limits live, usage without recording, waiting instead of failing.
 //! - [`benchmarks`]: measured against governor, tower_governor and redis-benchmark, with the
 //!   commands.
 //!
@@ -27,6 +28,10 @@ pub mod redis {
 
 pub mod architecture {
     #![doc = include_str!("../docs/ARCHITECTURE.md")]
+}
+
+pub mod operations {
+    #![doc = include_str!("../docs/OPERATIONS.md")]
 }
 
 pub mod benchmarks {

@@ -38,9 +38,9 @@
 //!
 //!     let app = Router::new()
 //!         .route("/api/v1/items/{id}", get(|| async { "item" }))
-//!         .route_layer(RateLimitLayer::new(config).user_id(|parts| {
-//!             parts.headers.get("x-user-id")?.to_str().ok().map(str::to_owned)
-//!         }));
+//!         // The user id: a header your authentication in front sets (read without an
+//!         // allocation); `.user_id(|parts| ...)` takes a closure instead.
+//!         .route_layer(RateLimitLayer::new(config).user_id_header("x-user-id"));
 //!
 //!     // With the client's address, requests without a user id are limited by client IP.
 //!     let listener = tokio::net::TcpListener::bind("0.0.0.0:3000").await?;
@@ -73,6 +73,7 @@
 //!   and IETF), the 429 body, client IP behind proxies, shadow mode, metrics, recovery, gRPC.
 //! - [`guides::redis`]: URLs, the script, keys, time, the fallback, TLS, strict start and
 //!   configuration errors, Redis Cluster, memory per entry.
+//! - [`guides::operations`]: live `reconfigure`, `usage` without recording, `acquire` (waiting).
 //! - [`guides::architecture`]: a request's path through layer, limiter, algorithm and store.
 //! - [`guides::benchmarks`]: measured against governor, tower_governor and redis-benchmark, with
 //!   the commands.
@@ -192,7 +193,7 @@ pub use crate::header_style::HeaderStyle;
 #[doc(inline)]
 pub use crate::layer::{RateLimit, RateLimitLayer, ResponseBody, ResponseFuture};
 #[doc(inline)]
-pub use crate::limiter::{RateLimiter, RateLimiterBuilder};
+pub use crate::limiter::{RateLimiter, RateLimiterBuilder, Usage};
 #[doc(inline)]
 pub use crate::request::{CheckRequest, UserKey};
 #[doc(inline)]

@@ -74,6 +74,11 @@ pub enum ConfigError {
     /// A Redis URL was given but the crate was built without the `redis` feature.
     #[error("redis.url: this build of tiered-ratelimit has no `redis` feature")]
     RedisFeatureDisabled,
+    /// [`RateLimiter::reconfigure`](crate::RateLimiter::reconfigure) was given a different
+    /// store setting (the Redis settings, the key prefix, the key cap): the store is built
+    /// once, from the first configuration.
+    #[error("{0}: cannot change on a running limiter (its store was built from it); build a new limiter for a new store")]
+    NeedsNewLimiter(&'static str),
 }
 
 impl ConfigError {
@@ -88,7 +93,8 @@ impl ConfigError {
             Self::ZeroTimeout(field)
             | Self::TimeoutOutOfRange { field, .. }
             | Self::TlsFileWithoutTls(field)
-            | Self::IncompleteClientCert(field) => field,
+            | Self::IncompleteClientCert(field)
+            | Self::NeedsNewLimiter(field) => field,
             Self::TlsFeatureDisabled => "redis.url",
             Self::BackoffBelowInitial => "redis.recovery.max_backoff",
             Self::UnknownPlan { .. } => "users",

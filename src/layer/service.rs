@@ -12,6 +12,7 @@ use super::future::ResponseFuture;
 use super::rejection::{reject, with_headers};
 use super::RateLimitLayer;
 use crate::decision::Decision;
+use crate::header_style::HeaderStyle;
 use crate::limiter::{Pending, RateLimiter};
 use crate::request::CheckRequest;
 
@@ -53,9 +54,9 @@ where
         );
         // In memory the decision is made here and now, with the user id borrowed from the
         // request: no allocation, no boxed future, no service clone.
-        let decided = span.in_scope(|| self.check(&parts));
+        // The header style comes with the decision, from the configuration the check used.
+        let (decided, style) = span.in_scope(|| self.check(&parts));
         let request = Request::from_parts(parts, body);
-        let style = self.layer.limiter.config().headers();
         let pending = match decided {
             Ok(decision) => {
                 record_on(&span, &decision);
@@ -92,7 +93,7 @@ impl<S> RateLimit<S> {
     /// Checks a request's head: the decision when the store answers at once, else the
     /// pending check for the store that waits.
     #[inline]
-    fn check(&self, parts: &Parts) -> Result<Decision, Pending> {
+    fn check(&self, parts: &Parts) -> (Result<Decision, Pending>, HeaderStyle) {
         let layer = &self.layer;
         let user_id = layer.user_id.of(parts);
         let ip = if user_id.is_none() {

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{LimiterParts, RateLimiter};
+use super::{LimiterParts, Live, RateLimiter};
 use crate::clock::{Clock, SystemClock};
 use crate::config::RateLimitConfig;
 use crate::connect_error::ConnectError;
@@ -138,7 +138,10 @@ impl RateLimiterBuilder {
         });
         RateLimiter {
             inner: Arc::new(LimiterParts {
-                config: self.config,
+                live: arc_swap::ArcSwap::from_pointee(Live {
+                    config: Arc::new(self.config),
+                    plans: self.plans,
+                }),
                 clock: self.clock.unwrap_or_else(|| {
                     // The system clock calibrates its counter on first use (under a
                     // millisecond): do it now rather than in the first request.
@@ -146,7 +149,6 @@ impl RateLimiterBuilder {
                     Arc::new(SystemClock)
                 }),
                 store,
-                plans: self.plans,
                 watcher,
             }),
         }

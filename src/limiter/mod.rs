@@ -7,21 +7,29 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
+
 use crate::clock::Clock;
 use crate::config::RateLimitConfig;
 use crate::connect_error::ConnectError;
 use crate::decision::Decision;
+use crate::header_style::HeaderStyle;
 use crate::key::encode_id;
 use crate::observe;
-use crate::plan::PlanResolver;
 use crate::request::{CheckRequest, UserKey};
 use crate::request::{Keys, NO_TIER};
 use crate::store::{Backend, BackendListener, DynStore, StoreError, StoreOutcome, StoreRequest};
 use crate::tier::Tier;
 
+mod acquire;
 mod builder;
+mod live;
+mod reconfigure;
+mod usage;
 
 pub use self::builder::RateLimiterBuilder;
+use self::live::Live;
+pub use self::usage::Usage;
 
 /// The decision for a store's answer to `req`, with the tiers that applied and its cost.
 #[inline]
@@ -76,15 +84,16 @@ impl Future for CheckFuture<'_> {
     }
 }
 
-/// What every clone of a [`RateLimiter`] shares: its configuration, clock, store, plan
-/// resolver and backend watcher.
+/// What every clone of a [`RateLimiter`] shares: its live configuration, clock, store and
+/// backend watcher.
 struct LimiterParts {
-    config: RateLimitConfig,
+    /// Swapped whole by [`RateLimiter::reconfigure`]: a check loads it once and uses that one
+    /// configuration (and its plan cache) throughout.
+    live: ArcSwap<Live>,
     clock: Arc<dyn Clock>,
     /// Every store the same way, through the one seam: memory answers through
     /// [`Store::check_now`] (no future, no allocation), the others through a boxed `check`.
     store: Box<dyn DynStore>,
-    plans: Option<PlanResolver>,
     /// For a store that does not call listeners itself: the listener, and the backend it last
     /// heard of.
     watcher: Option<(BackendListener, std::sync::Mutex<Backend>)>,
@@ -152,7 +161,7 @@ pub struct RateLimiter {
 impl fmt::Debug for RateLimiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimiter")
-            .field("config", &self.inner.config)
+            .field("config", &self.inner.live.load().config)
             .field("backend", &self.backend())
             .finish_non_exhaustive()
     }
@@ -222,9 +231,10 @@ impl RateLimiter {
         RateLimiterBuilder::new(config)
     }
 
-    /// The configuration.
-    pub fn config(&self) -> &RateLimitConfig {
-        &self.inner.config
+    /// The configuration in force now (the last one given to
+    /// [`reconfigure`](Self::reconfigure), else the first).
+    pub fn config(&self) -> Arc<RateLimitConfig> {
+        self.inner.live.load_full().config.clone()
     }
 
     /// Which store answers now: [`Backend::Redis`] until a Redis failure swaps it for memory.
@@ -271,50 +281,74 @@ impl RateLimiter {
         request: CheckRequest<'a>,
     ) -> impl Future<Output = Decision> + Send + 'a {
         match self.try_now(request) {
-            Ok(decision) => CheckFuture::Ready(Some(decision)),
-            Err((now, keys)) => CheckFuture::Waiting(Box::pin(self.check_remote(now, keys))),
+            (Ok(decision), _) => CheckFuture::Ready(Some(decision)),
+            (Err((live, now, keys)), _) => {
+                CheckFuture::Waiting(Box::pin(self.check_remote(live, now, keys)))
+            }
         }
     }
 
     /// The decision, made now, when the store answers without waiting ([`Store::check_now`]:
     /// memory) or no tier applies; else the request's keys, worked out once and owned, for
     /// [`finish`](Self::finish) to take to the store (the layer's path: its request's parts
-    /// are gone by the time a waiting store answers).
+    /// are gone by the time a waiting store answers). With the header style of the
+    /// configuration the check used.
     #[inline]
-    pub(crate) fn check_now(&self, request: CheckRequest<'_>) -> Result<Decision, Pending> {
-        self.try_now(request).map_err(|(now, keys)| Pending {
+    pub(crate) fn check_now(
+        &self,
+        request: CheckRequest<'_>,
+    ) -> (Result<Decision, Pending>, HeaderStyle) {
+        let (decided, style) = self.try_now(request);
+        let decided = decided.map_err(|(live, now, keys)| Pending {
+            live,
             now,
             keys: keys.into_owned(),
-        })
+        });
+        (decided, style)
     }
 
     /// Takes a [`Pending`] check to the store that has to wait for it.
     pub(crate) async fn finish(&self, pending: Pending) -> Decision {
-        self.check_remote(pending.now, pending.keys).await
+        self.check_remote(pending.live, pending.now, pending.keys)
+            .await
     }
 
-    /// The decision now if the store can give it; else the time and the request's keys, worked
-    /// out once, for the waiting path.
+    /// The decision now if the store can give it; else the configuration, the time and the
+    /// request's keys, worked out once, for the waiting path. With the configuration's header
+    /// style: one load of the live configuration serves the whole check.
     #[inline]
-    fn try_now<'a>(&self, request: CheckRequest<'a>) -> Result<Decision, (Duration, Keys<'a>)> {
-        let config = &self.inner.config;
+    #[allow(clippy::type_complexity)]
+    fn try_now<'a>(
+        &self,
+        request: CheckRequest<'a>,
+    ) -> (
+        Result<Decision, (Arc<Live>, Duration, Keys<'a>)>,
+        HeaderStyle,
+    ) {
+        let live = self.inner.live.load();
+        let config = &*live.config;
+        let style = config.headers();
         let now = self.inner.clock.now();
-        let keys = Keys::new(config, request, self.plan_limit(request.user, now));
+        let keys = Keys::new(config, request, live.plan_limit(request.user, now));
         let mut tiers = [NO_TIER; 3];
         let decision = match keys.store_request(now, config, &mut tiers) {
             Some(req) => match self.inner.store.check_now(&req) {
                 Some(outcome) => conclude(outcome, label(self.inner.store.backend()), &req),
-                None => return Err((now, keys)),
+                None => {
+                    let live = arc_swap::Guard::into_inner(live);
+                    return (Err((live, now, keys)), style);
+                }
             },
             None => Decision::unlimited(request.cost),
         };
         observe::record(&decision);
-        Ok(decision)
+        (Ok(decision), style)
     }
 
-    /// The waiting path: the store's `check`, for keys [`try_now`](Self::try_now) worked out.
-    async fn check_remote(&self, now: Duration, keys: Keys<'_>) -> Decision {
-        let config = &self.inner.config;
+    /// The waiting path: the store's `check`, for keys [`try_now`](Self::try_now) worked out
+    /// under `live`, the configuration it loaded.
+    async fn check_remote(&self, live: Arc<Live>, now: Duration, keys: Keys<'_>) -> Decision {
+        let config = &*live.config;
         let mut tiers = [NO_TIER; 3];
         let Some(store_request) = keys.store_request(now, config, &mut tiers) else {
             // (try_now answers a request with no tier itself; this is never reached.)
@@ -330,24 +364,6 @@ impl RateLimiter {
         let decision = conclude(outcome, backend, &store_request);
         observe::record(&decision);
         decision
-    }
-
-    /// The user limit of `user`'s plan: the config's `users` map first, then the resolver
-    /// (cached); `None` for the default limit.
-    #[inline]
-    fn plan_limit(&self, user: UserKey<'_>, now: Duration) -> Option<u64> {
-        let UserKey::Id(id) = user else {
-            return None;
-        };
-        let config = &self.inner.config;
-        if !config.has_plans() {
-            return None;
-        }
-        if let Some(plan) = config.plan_of(id) {
-            return Some(plan.user_limit);
-        }
-        let resolver = self.inner.plans.as_ref()?;
-        resolver.limit(id, config, now)
     }
 
     /// Forgets everything recorded for `user` (to lift a block by hand).
@@ -372,6 +388,7 @@ impl RateLimiter {
 /// A check the store could not answer at once: its time and its keys, owned, so that it can
 /// wait in a `'static` future.
 pub(crate) struct Pending {
+    live: Arc<Live>,
     now: Duration,
     keys: Keys<'static>,
 }

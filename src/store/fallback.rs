@@ -10,7 +10,7 @@ use arc_swap::ArcSwap;
 
 use super::{
     Backend, BackendListener, MemoryStore, RedisStore, Store, StoreError, StoreOutcome,
-    StoreRequest,
+    StoreRequest, TierUsage,
 };
 use crate::config::RedisConfig;
 use crate::connect_error::ConnectError;
@@ -267,6 +267,16 @@ impl Store for FallbackStore {
                 Ok(())
             }
             Active::Memory(memory, _) => Store::reset(memory, tier, id).await,
+        }
+    }
+
+    /// From the active store. A Redis failure here is returned, and does not swap to memory:
+    /// reading usage is an operator's look, and the next check decides about falling back.
+    async fn usage(&self, request: &StoreRequest<'_>) -> Result<Vec<TierUsage>, StoreError> {
+        let active = self.active.load_full();
+        match &*active {
+            Active::Redis(redis) => Store::usage(redis, request).await,
+            Active::Memory(memory, _) => Ok(memory.usage_sync(request)),
         }
     }
 

@@ -19,12 +19,15 @@ mod fallback;
 mod memory;
 #[cfg(feature = "redis")]
 mod redis;
+mod usage;
 
 #[cfg(feature = "redis")]
 pub use self::fallback::FallbackStore;
 pub use self::memory::MemoryStore;
 #[cfg(feature = "redis")]
 pub use self::redis::RedisStore;
+pub(crate) use self::usage::secs as usage_secs;
+pub use self::usage::TierUsage;
 
 /// One tier of a [`StoreRequest`]. Fields may be added: build one with [`TierCheck::new`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -261,6 +264,23 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// What each tier of `request` holds now, in the request's tier order, **recording
+    /// nothing** (its cost is ignored): no entry, no trim, no new key, no expiry touched.
+    /// Default: an error saying that this store does not report usage, so a custom store
+    /// written before this method keeps compiling (and [`RateLimiter::usage`] says why it has
+    /// no answer).
+    ///
+    /// [`RateLimiter::usage`]: crate::RateLimiter::usage
+    fn usage(
+        &self,
+        request: &StoreRequest<'_>,
+    ) -> impl Future<Output = Result<Vec<TierUsage>, StoreError>> + Send {
+        let _ = request;
+        std::future::ready(Err(StoreError::new(
+            "this store does not report usage (Store::usage is not implemented)",
+        )))
+    }
+
     /// Forgets everything recorded for one key (to unblock a user, say).
     fn reset(&self, tier: Tier, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
 
@@ -303,6 +323,10 @@ pub(crate) trait DynStore: Send + Sync + 'static {
     ) -> Boxed<'a, Result<StoreOutcome, StoreError>>;
     fn check_now(&self, request: &StoreRequest<'_>) -> Option<Result<StoreOutcome, StoreError>>;
     fn reset<'a>(&'a self, tier: Tier, id: &'a str) -> Boxed<'a, Result<(), StoreError>>;
+    fn usage<'a>(
+        &'a self,
+        request: &'a StoreRequest<'a>,
+    ) -> Boxed<'a, Result<Vec<TierUsage>, StoreError>>;
     fn backend(&self) -> Backend;
     fn wait_ready(&self) -> Boxed<'_, ()>;
     fn try_ready(&self) -> Boxed<'_, Result<(), ConnectError>>;
@@ -323,6 +347,12 @@ impl<S: Store> DynStore for S {
     }
     fn reset<'a>(&'a self, tier: Tier, id: &'a str) -> Boxed<'a, Result<(), StoreError>> {
         Box::pin(Store::reset(self, tier, id))
+    }
+    fn usage<'a>(
+        &'a self,
+        request: &'a StoreRequest<'a>,
+    ) -> Boxed<'a, Result<Vec<TierUsage>, StoreError>> {
+        Box::pin(Store::usage(self, request))
     }
     fn backend(&self) -> Backend {
         Store::backend(self)

@@ -47,6 +47,23 @@ impl Log {
         }
     }
 
+    /// The units live at `cutoff` (entries at or after it) and the oldest of those entries,
+    /// read without trimming anything.
+    pub(super) fn live(&self, cutoff: u64) -> (u64, Option<u64>) {
+        let gone = self.entries.partition_point(|&t| t < cutoff);
+        let oldest = self.entries.get(gone).copied();
+        let units = match &self.costs {
+            None => (self.entries.len() - gone) as u64,
+            Some(c) => {
+                let before = gone.checked_sub(1).map_or(c.dropped, |i| c.cumulative[i]);
+                c.cumulative
+                    .back()
+                    .map_or(0, |&last| last.wrapping_sub(before))
+            }
+        };
+        (units, oldest)
+    }
+
     /// The timestamp of the entry whose expiry brings the count down by `units` (≥ 1).
     #[inline]
     pub(super) fn expiry_of(&self, units: u64) -> Option<u64> {

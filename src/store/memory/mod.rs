@@ -18,6 +18,7 @@ use crate::tier::Tier;
 
 mod log;
 mod sweep;
+mod usage;
 
 use self::log::Log;
 
@@ -385,6 +386,13 @@ impl Store for MemoryStore {
     fn reset(&self, tier: Tier, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.reset_sync(tier, id);
         std::future::ready(Ok(()))
+    }
+
+    fn usage(
+        &self,
+        request: &StoreRequest<'_>,
+    ) -> impl Future<Output = Result<Vec<super::TierUsage>, StoreError>> + Send {
+        std::future::ready(Ok(self.usage_sync(request)))
     }
 
     fn backend(&self) -> Backend {

@@ -27,9 +27,20 @@ const MAX_KEYS: usize = 65_536;
 struct Cached {
     /// Until when (µs, the limiter's clock) the key cannot change.
     still_until: u64,
-    /// When (µs) a request of `cost` fits, as Redis said.
+    /// When (µs) a request under `terms` fits, as Redis said.
     fits_at: u64,
-    cost: u64,
+    terms: Terms,
+}
+
+/// What a remembered denial holds for: a request of `cost` against a first tier of `limit`
+/// (in shadow mode or not) over `window` (µs). A request under other terms — another cost, or
+/// limits changed by a live reconfiguration — asks Redis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Terms {
+    pub(crate) cost: u64,
+    pub(crate) limit: u64,
+    pub(crate) shadow: bool,
+    pub(crate) window: u64,
 }
 
 /// Denials remembered per Redis key (see the module docs).
@@ -41,13 +52,13 @@ pub(crate) struct DenialCache {
 }
 
 impl DenialCache {
-    /// The wait for a request of `cost` on `key` at `now` (µs), if a denial is remembered.
-    pub(crate) fn get(&self, key: &str, cost: u64, now: u64) -> Option<Duration> {
+    /// The wait for a request under `terms` on `key` at `now` (µs), if a denial is remembered.
+    pub(crate) fn get(&self, key: &str, terms: Terms, now: u64) -> Option<Duration> {
         if !self.live.load(Ordering::Acquire) {
             return None;
         }
         let cached = *self.entries.get(key)?;
-        if now < cached.still_until && cost == cached.cost {
+        if now < cached.still_until && terms == cached.terms {
             return Some(Duration::from_micros(
                 cached.fits_at.saturating_sub(now).max(1),
             ));
@@ -59,11 +70,11 @@ impl DenialCache {
     }
 
     /// Remembers that `key` has no room, unchanged for `still` from `now` (µs), and that a
-    /// request of `cost` fits after `retry_after`.
+    /// request under `terms` fits after `retry_after`.
     pub(crate) fn remember(
         &self,
         key: String,
-        cost: u64,
+        terms: Terms,
         now: u64,
         retry_after: Duration,
         still: Duration,
@@ -84,7 +95,7 @@ impl DenialCache {
             Cached {
                 still_until: micros(still),
                 fits_at: micros(retry_after),
-                cost,
+                terms,
             },
         );
     }
@@ -112,45 +123,89 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
+    fn cost(cost: u64) -> Terms {
+        Terms {
+            cost,
+            limit: 5,
+            shadow: false,
+            window: 1_000_000,
+        }
+    }
+
+    #[test]
+    fn a_denial_under_other_limits_or_window_is_not_answered() {
+        let cache = DenialCache::default();
+        cache.enable();
+        cache.remember("k".into(), cost(1), 0, 8 * MS, 5 * MS);
+        assert!(cache.get("k", cost(1), 0).is_some());
+        let raised = Terms {
+            limit: 50,
+            ..cost(1)
+        };
+        let shadow = Terms {
+            shadow: true,
+            ..cost(1)
+        };
+        let shorter = Terms {
+            window: 1_000,
+            ..cost(1)
+        };
+        for terms in [raised, shadow, shorter] {
+            assert_eq!(cache.get("k", terms, 0), None, "{terms:?}");
+        }
+    }
+
     #[test]
     fn answers_only_the_same_cost_and_only_while_the_key_cannot_change() {
         let cache = DenialCache::default();
         cache.enable();
         // At t = 1000 µs: no room until 5 ms from now, cost 2 fits in 8 ms.
-        cache.remember("k".into(), 2, 1_000, 8 * MS, 5 * MS);
-        assert_eq!(cache.get("k", 2, 1_000), Some(8 * MS));
-        assert_eq!(cache.get("k", 2, 3_000), Some(6 * MS));
-        assert_eq!(cache.get("k", 1, 3_000), None, "another cost asks Redis");
+        cache.remember("k".into(), cost(2), 1_000, 8 * MS, 5 * MS);
+        assert_eq!(cache.get("k", cost(2), 1_000), Some(8 * MS));
+        assert_eq!(cache.get("k", cost(2), 3_000), Some(6 * MS));
         assert_eq!(
-            cache.get("k", 2, 6_000),
+            cache.get("k", cost(1), 3_000),
+            None,
+            "another cost asks Redis"
+        );
+        assert_eq!(
+            cache.get("k", cost(2), 6_000),
             None,
             "the oldest entry may have left"
         );
-        assert_eq!(cache.get("k", 2, 3_000), None, "and the entry is gone");
+        assert_eq!(
+            cache.get("k", cost(2), 3_000),
+            None,
+            "and the entry is gone"
+        );
     }
 
     #[test]
     fn a_tier_with_room_left_is_never_remembered() {
         let cache = DenialCache::default();
         cache.enable();
-        cache.remember("k".into(), 3, 0, 8 * MS, Duration::ZERO);
-        assert_eq!(cache.get("k", 3, 0), None);
+        cache.remember("k".into(), cost(3), 0, 8 * MS, Duration::ZERO);
+        assert_eq!(cache.get("k", cost(3), 0), None);
     }
 
     #[test]
     fn nothing_is_answered_without_the_subscription() {
         let cache = DenialCache::default();
-        cache.remember("k".into(), 1, 0, 8 * MS, 5 * MS);
-        assert_eq!(cache.get("k", 1, 0), None);
+        cache.remember("k".into(), cost(1), 0, 8 * MS, 5 * MS);
+        assert_eq!(cache.get("k", cost(1), 0), None);
         cache.enable();
-        cache.remember("k".into(), 1, 0, 8 * MS, 5 * MS);
-        assert!(cache.get("k", 1, 0).is_some());
+        cache.remember("k".into(), cost(1), 0, 8 * MS, 5 * MS);
+        assert!(cache.get("k", cost(1), 0).is_some());
         cache.disable();
-        assert_eq!(cache.get("k", 1, 0), None);
+        assert_eq!(cache.get("k", cost(1), 0), None);
         cache.enable();
-        assert_eq!(cache.get("k", 1, 0), None, "disabling forgot everything");
-        cache.remember("k".into(), 1, 0, 8 * MS, 5 * MS);
+        assert_eq!(
+            cache.get("k", cost(1), 0),
+            None,
+            "disabling forgot everything"
+        );
+        cache.remember("k".into(), cost(1), 0, 8 * MS, 5 * MS);
         cache.forget("k");
-        assert_eq!(cache.get("k", 1, 0), None);
+        assert_eq!(cache.get("k", cost(1), 0), None);
     }
 }

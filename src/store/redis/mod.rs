@@ -38,6 +38,7 @@ mod invalidation;
 mod script;
 #[cfg(feature = "tls")]
 mod tls;
+mod usage;
 
 /// Sliding logs in Redis sorted sets, shared by every app instance on the same Redis.
 ///
@@ -172,7 +173,13 @@ impl RedisStore {
         let first_key = self.key(first.tier, first.id);
         let now_us = saturating_micros(req.now);
         let denials = &self.inner.denials;
-        if let Some(retry_after) = denials.get(&first_key, req.cost, now_us) {
+        let terms = denial_cache::Terms {
+            cost: req.cost,
+            limit: first.limit,
+            shadow: first.shadow,
+            window: saturating_micros(req.window),
+        };
+        if let Some(retry_after) = denials.get(&first_key, terms, now_us) {
             return Ok(StoreOutcome::Denied {
                 tier: first.tier,
                 retry_after,
@@ -181,7 +188,7 @@ impl RedisStore {
         let (outcome, still) = self.check_remote(req).await?;
         if let StoreOutcome::Denied { tier, retry_after } = outcome {
             if tier == first.tier {
-                denials.remember(first_key, req.cost, now_us, retry_after, still);
+                denials.remember(first_key, terms, now_us, retry_after, still);
             }
         }
         Ok(outcome)
@@ -256,6 +263,14 @@ impl Store for RedisStore {
                 .await
                 .unwrap_or_else(|_| Err(timed_out(timeout)))
         }
+    }
+
+    /// One read-only script (`usage.lua`); on a cluster, one per tier.
+    fn usage(
+        &self,
+        request: &StoreRequest<'_>,
+    ) -> impl Future<Output = Result<Vec<super::TierUsage>, StoreError>> + Send {
+        self.usage_timed(request)
     }
 
     fn backend(&self) -> Backend {
