@@ -80,6 +80,7 @@ check_cargo() {
   local sub="$1"; shift
   local flags=() args=() example="" after=0 a
   for a in "$@"; do
+    [ "$a" = "&" ] && continue # a trailing `&` runs the command in the background: not an argument
     if [ "$after" = 1 ]; then args+=("$a"); continue; fi
     case "$a" in
       --) after=1 ;;
