@@ -148,14 +148,18 @@ pub struct Attempt {
     /// The shards still to try, in order (their indices).
     order: Vec<usize>,
     next: usize,
-    /// The earliest moment (µs) any shard seen full frees.
-    earliest: Option<u64>,
+    /// The shards seen full (tried, or known): when each frees (µs), and which.
+    seen: Vec<(u64, usize)>,
+    /// Tries left for shards that freed while the walk went on.
+    retries: usize,
+    /// The shard last handed out.
+    last: usize,
 }
 
 impl Attempt {
-    /// A walk over `n` shards from `start` at `now` (µs), trying at most `max_tries`;
-    /// `full_until(i)` is when shard `i` is known to free (if the instance knows it full).
-    /// `Err(earliest)`: every shard is known full until at least `earliest`, deny at once.
+    /// A walk over `n` shards from `start` at `now` (µs), trying at most `max_tries` of them
+    /// in order; `full_until(i)` is when shard `i` is known to free (if the instance knows it
+    /// full). `Err(earliest)`: every shard is known full until at least `earliest`, deny at once.
     pub fn new(
         n: usize,
         start: usize,
@@ -163,41 +167,59 @@ impl Attempt {
         now: u64,
         full_until: impl Fn(usize) -> Option<u64>,
     ) -> Result<Self, u64> {
-        let mut earliest: Option<u64> = None;
+        let mut seen = Vec::new();
         let mut order = Vec::with_capacity(n);
         for k in 0..n {
             let i = (start + k) % n;
             match full_until(i).filter(|&t| t > now) {
-                Some(t) => earliest = Some(earliest.map_or(t, |e| e.min(t))),
+                Some(t) => seen.push((t, i)),
                 None if order.len() < max_tries => order.push(i),
                 None => {}
             }
         }
         if order.is_empty() {
-            return Err(earliest.unwrap_or(now));
+            return Err(seen.iter().map(|&(t, _)| t).min().unwrap_or(now));
         }
         Ok(Self {
+            retries: order.len(),
             order,
             next: 0,
-            earliest,
+            seen,
+            last: usize::MAX,
         })
     }
 
-    /// The next shard to try, if any is left.
-    pub fn next_shard(&mut self) -> Option<usize> {
-        let i = self.order.get(self.next).copied();
-        self.next += 1;
-        i
+    /// The next shard to try at `now` (µs), if any is left: the shards in order, then (a
+    /// walk takes a round trip per shard) the shard seen full that frees first, again, if it
+    /// has freed by `now`, and so on, at most as many extra tries as the walk had shards.
+    pub fn next_shard(&mut self, now: u64) -> Option<usize> {
+        let i = match self.order.get(self.next) {
+            Some(&i) => {
+                self.next += 1;
+                i
+            }
+            None => {
+                let k = (0..self.seen.len()).min_by_key(|&k| self.seen[k].0)?;
+                if self.seen[k].0 > now || self.retries == 0 {
+                    return None;
+                }
+                self.retries -= 1;
+                // Tried again: what it says next replaces what it said.
+                self.seen.swap_remove(k).1
+            }
+        };
+        self.last = i;
+        Some(i)
     }
 
     /// The shard just tried denied: a request of this cost fits there at `fits_at` (µs).
     pub fn denied(&mut self, fits_at: u64) {
-        self.earliest = Some(self.earliest.map_or(fits_at, |e| e.min(fits_at)));
+        self.seen.push((fits_at, self.last));
     }
 
     /// The earliest moment (µs) any shard seen full (tried or known) frees, if any was.
     pub fn earliest(&self) -> Option<u64> {
-        self.earliest
+        self.seen.iter().map(|&(t, _)| t).min()
     }
 }
 
@@ -246,11 +268,19 @@ mod tests {
         let full = |i: usize| (i == 1 || i == 2).then_some(500);
         let mut a = Attempt::new(4, 1, 4, 100, full).unwrap();
         assert_eq!(a.earliest(), Some(500));
-        assert_eq!(a.next_shard(), Some(3));
+        assert_eq!(a.next_shard(100), Some(3));
         a.denied(300);
-        assert_eq!(a.next_shard(), Some(0));
-        assert_eq!(a.next_shard(), None);
+        assert_eq!(a.next_shard(101), Some(0));
+        a.denied(400);
+        assert_eq!(a.next_shard(102), None, "nothing has freed yet");
         assert_eq!(a.earliest(), Some(300));
+        // Shard 3 frees while the walk goes on: tried again, once per shard of the walk.
+        assert_eq!(a.next_shard(300), Some(3));
+        a.denied(350);
+        assert_eq!(a.next_shard(349), None);
+        assert_eq!(a.next_shard(350), Some(3));
+        a.denied(360);
+        assert_eq!(a.next_shard(360), None, "two extra tries for a walk of two");
         // Known full until a moment already past: tried again.
         assert_eq!(
             Attempt::new(4, 1, 4, 500, full).unwrap().order,
