@@ -58,6 +58,16 @@ impl DenialCache {
         None
     }
 
+    /// Until when (µs) `key` is remembered to have no room at all, for requests of any cost,
+    /// if it is at `now` (a global shard, skipped until then).
+    pub(crate) fn full_until(&self, key: &str, now: u64) -> Option<u64> {
+        if !self.live.load(Ordering::Acquire) {
+            return None;
+        }
+        let still_until = self.entries.get(key)?.still_until;
+        (now < still_until).then_some(still_until)
+    }
+
     /// Remembers that `key` has no room, unchanged for `still` from `now` (µs), and that a
     /// request of `cost` fits after `retry_after`.
     pub(crate) fn remember(
@@ -120,6 +130,11 @@ mod tests {
         cache.remember("k".into(), 2, 1_000, 8 * MS, 5 * MS);
         assert_eq!(cache.get("k", 2, 1_000), Some(8 * MS));
         assert_eq!(cache.get("k", 2, 3_000), Some(6 * MS));
+        assert_eq!(
+            cache.full_until("k", 3_000),
+            Some(6_000),
+            "full for every cost"
+        );
         assert_eq!(cache.get("k", 1, 3_000), None, "another cost asks Redis");
         assert_eq!(
             cache.get("k", 2, 6_000),

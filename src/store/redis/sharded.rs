@@ -1,0 +1,168 @@
+//! Redis Cluster with `global_shards > 1`: the global tier's budget split over keys that the
+//! cluster spreads over its masters (the layout and the walk are [`crate::shards`]'s).
+//!
+//! Each shard key holds a fixed cap (the caps sum to the global limit) and its script enforces
+//! it exactly, so no window ever holds more than the limit. A request walks the shards from a
+//! rotating start, skipping those this instance knows are full (the denial cache: a shard that
+//! held its whole cap stays full until its oldest entry leaves, and a reset of the global tier
+//! forgets every shard on every instance), moving on when one denies, until one admits or all
+//! denied. When every shard is known full the request is denied with no round trip.
+
+use std::hash::BuildHasher;
+use std::time::{Duration, Instant};
+
+use super::super::{StoreError, StoreRequest, TierCheck};
+use super::script::{self, Found, Reply};
+use super::RedisStore;
+use crate::algorithm::until_gone;
+use crate::clock::saturating_micros;
+use crate::shards::{full_until, Attempt, Rotation, ShardLayout};
+
+/// The global tier's shard keys, and where this instance's requests start.
+pub(super) struct GlobalShards {
+    layout: ShardLayout,
+    keys: Vec<String>,
+    rotation: Rotation,
+}
+
+impl GlobalShards {
+    /// `shards` keys under `prefix` (`<prefix>:global:{<tag>}`); `None` for a single key.
+    pub(super) fn new(prefix: &str, shards: u32) -> Option<Self> {
+        if shards <= 1 {
+            return None;
+        }
+        let layout = ShardLayout::new(shards as usize);
+        let keys = (0..layout.len())
+            .map(|i| format!("{prefix}:global:{{{}}}", layout.tag(i)))
+            .collect();
+        // A random start per instance, so that instances do not walk in step.
+        let seed = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+        Some(Self {
+            layout,
+            keys,
+            rotation: Rotation::new(seed),
+        })
+    }
+
+    /// Every shard key (a reset deletes them all).
+    pub(super) fn keys(&self) -> &[String] {
+        &self.keys
+    }
+}
+
+/// How the walk over the global shards ended.
+pub(super) enum Walk {
+    /// A shard recorded the request, or (shadow) every shard was full: the facts to conclude
+    /// on, with that shard's cap as the tier's limit, and the member to remove on a rollback.
+    Facts {
+        cap: u64,
+        found: Found,
+        member: Option<(String, String)>,
+    },
+    /// Every shard denied (or was known full): the wait until the first frees.
+    Denied(Duration),
+}
+
+impl RedisStore {
+    /// The wait, if every shard of `tier` (the request's global tier, enforced) is known full
+    /// at `now` (µs): the request is denied with no round trip.
+    pub(super) fn all_shards_full(
+        &self,
+        shards: &GlobalShards,
+        tier: &TierCheck<'_>,
+        now: u64,
+    ) -> Option<Duration> {
+        if tier.shadow {
+            return None;
+        }
+        let n = shards.layout.used(tier.limit);
+        let known = |i: usize| self.inner.denials.full_until(&shards.keys[i], now);
+        let until = Attempt::new(n, 0, n, now, known).err()?;
+        Some(wait(until, now))
+    }
+
+    /// Walks the global shards for `tier` (the request's global tier); `base` is the first
+    /// tier's `now`, onto which the facts are moved (set here if this is the first tier).
+    pub(super) async fn walk_global(
+        &self,
+        shards: &GlobalShards,
+        req: &StoreRequest<'_>,
+        now: &str,
+        tier: &TierCheck<'_>,
+        base: &mut Option<u64>,
+    ) -> Result<Walk, StoreError> {
+        let denials = &self.inner.denials;
+        let window = saturating_micros(req.window);
+        let started = (Instant::now(), saturating_micros(req.now));
+        let local_now = || started.1 + saturating_micros(started.0.elapsed());
+        let n = shards.layout.used(tier.limit);
+        // A shadow tier never denies: no shard is skipped, every one is tried if need be.
+        let known = |i: usize| {
+            let key = &shards.keys[i];
+            (!tier.shadow).then(|| denials.full_until(key, started.1))?
+        };
+        let start = shards.rotation.start(n);
+        let mut attempt = match Attempt::new(n, start, n, started.1, known) {
+            Ok(attempt) => attempt,
+            Err(until) => return Ok(Walk::Denied(wait(until, started.1))),
+        };
+        let mut fullest: Option<(u64, u64, Found)> = None; // (fits at, cap, facts): shadow
+        while let Some(i) = attempt.next_shard(local_now()) {
+            let (key, cap) = (&shards.keys[i], shards.layout.cap(tier.limit, i));
+            let check = TierCheck {
+                limit: cap,
+                ..*tier
+            };
+            let reply = self
+                .inner
+                .eval_one(key, script::args(req, now, std::slice::from_ref(&check)))
+                .await?;
+            let reply = Reply::parse(&reply)?;
+            let [f] = reply.found[..] else {
+                return Err(StoreError::new("one tier's script answered for several"));
+            };
+            let at = *base.get_or_insert(reply.now);
+            let shift = |t: Option<u64>| t.map(|t| (t + at).saturating_sub(reply.now));
+            let found = Found {
+                oldest: shift(f.oldest),
+                expiry: shift(f.expiry),
+                ..f
+            };
+            if f.count.saturating_add(req.cost) <= cap {
+                let member = reply.member.map(|m| (key.clone(), m));
+                return Ok(Walk::Facts { cap, found, member });
+            }
+            // Full for this request: when it fits there, in the limiter's time.
+            let fits = match f.expiry {
+                Some(expiry) if req.cost <= cap => until_gone(expiry, window, reply.now),
+                _ => window,
+            };
+            let fits_at = started.1.saturating_add(fits);
+            attempt.denied(fits_at);
+            if let Some(until) = full_until(f.count, cap, f.oldest, window) {
+                let still = Duration::from_micros(until.saturating_sub(reply.now));
+                let retry = Duration::from_micros(fits);
+                denials.remember(key.clone(), req.cost, started.1, retry, still);
+            }
+            if fullest.is_none_or(|(t, ..)| fits_at < t) {
+                fullest = Some((fits_at, cap, found));
+            }
+        }
+        match fullest {
+            Some((_, cap, found)) if tier.shadow => Ok(Walk::Facts {
+                cap,
+                found,
+                member: None,
+            }),
+            _ => Ok(Walk::Denied(wait(
+                attempt.earliest().unwrap_or(started.1),
+                started.1,
+            ))),
+        }
+    }
+}
+
+/// The wait from `now` until `until` (µs), at least 1 µs.
+fn wait(until: u64, now: u64) -> Duration {
+    Duration::from_micros(until.saturating_sub(now).max(1))
+}
