@@ -43,9 +43,19 @@ fn evalsha_stats(cluster: &RedisCluster, node: usize) -> (u64, u64) {
 }
 
 async fn limiter(cluster: &RedisCluster, prefix: &str, shards: u32) -> RateLimiter {
+    limiter_with(cluster, prefix, shards, WINDOW, LIMIT).await
+}
+
+async fn limiter_with(
+    cluster: &RedisCluster,
+    prefix: &str,
+    shards: u32,
+    window: Duration,
+    limit: u64,
+) -> RateLimiter {
     let config = RateLimitConfig::builder()
-        .window(WINDOW)
-        .global_limit(LIMIT)
+        .window(window)
+        .global_limit(limit)
         .key_prefix(prefix)
         .redis_url(cluster.url())
         .redis_command_timeout(Duration::from_secs(2))
@@ -61,9 +71,14 @@ async fn limiter(cluster: &RedisCluster, prefix: &str, shards: u32) -> RateLimit
 /// Demand `2 * LIMIT` requests over `SPAN`, half through each limiter, from many tasks at an
 /// even pace. Returns how many were admitted.
 async fn load(limiters: &[RateLimiter; 2]) -> u64 {
+    load_for(limiters, 2 * LIMIT, SPAN).await
+}
+
+/// `requests` over `span`, half through each limiter, from many tasks at an even pace.
+async fn load_for(limiters: &[RateLimiter; 2], requests: u64, span: Duration) -> u64 {
     let admitted = Arc::new(AtomicU64::new(0));
-    let per_task = 2 * LIMIT / (2 * TASKS_PER_LIMITER);
-    let gap = SPAN / per_task as u32;
+    let per_task = requests / (2 * TASKS_PER_LIMITER);
+    let gap = span / per_task as u32;
     let mut tasks = Vec::new();
     for (l, limiter) in limiters.iter().enumerate() {
         for t in 0..TASKS_PER_LIMITER {
@@ -171,4 +186,34 @@ async fn three_shards_admit_the_limit_and_spread_over_the_masters() {
         checks += 1;
     }
     println!("a dead shard master: fell back to memory after {checks} checks");
+}
+
+/// Steady demand at 2x the limit for several windows, so shards free while requests walk them:
+/// three shards admit at least 99% of what one exact key admits under the same load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_shards_admit_as_much_as_one_key_over_several_windows() {
+    let cluster = RedisCluster::start();
+    let (window, limit, windows) = (Duration::from_secs(1), 500, 5);
+    let mut admitted = Vec::new();
+    for shards in [1, 3] {
+        let prefix = format!("steady{shards}");
+        let limiters = [
+            limiter_with(&cluster, &prefix, shards, window, limit).await,
+            limiter_with(&cluster, &prefix, shards, window, limit).await,
+        ];
+        let n = load_for(&limiters, 2 * limit * windows, window * windows as u32).await;
+        println!(
+            "S = {shards}: {} requests over {windows} windows of {window:?} at 2x a limit of \
+             {limit}: admitted {n} ({:.3} of the limit per window)",
+            2 * limit * windows,
+            n as f64 / (limit * windows) as f64
+        );
+        admitted.push(n);
+    }
+    // Sliding windows over a span of `windows` windows admit at most `windows + 1` limits' worth.
+    assert!(
+        admitted.iter().all(|&n| n <= limit * (windows + 1)),
+        "{admitted:?}"
+    );
+    assert!(admitted[1] * 100 >= admitted[0] * 99, "{admitted:?}");
 }
