@@ -92,7 +92,6 @@ impl RedisStore {
         base: &mut Option<u64>,
     ) -> Result<Walk, StoreError> {
         let denials = &self.inner.denials;
-        let window = saturating_micros(req.window);
         let started = (Instant::now(), saturating_micros(req.now));
         let local_now = || started.1 + saturating_micros(started.0.elapsed());
         let n = shards.layout.used(tier.limit);
@@ -132,18 +131,8 @@ impl RedisStore {
                 let member = reply.member.map(|m| (key.clone(), m));
                 return Ok(Walk::Facts { cap, found, member });
             }
-            // Full for this request: when it fits there, in the limiter's time.
-            let fits = match f.expiry {
-                Some(expiry) if req.cost <= cap => until_gone(expiry, window, reply.now),
-                _ => window,
-            };
-            let fits_at = started.1.saturating_add(fits);
+            let fits_at = self.shard_full(key, &f, cap, req, reply.now, started.1);
             attempt.denied(fits_at);
-            if let Some(until) = full_until(f.count, cap, f.oldest, window) {
-                let still = Duration::from_micros(until.saturating_sub(reply.now));
-                let retry = Duration::from_micros(fits);
-                denials.remember(key.clone(), req.cost, started.1, retry, still);
-            }
             if fullest.is_none_or(|(t, ..)| fits_at < t) {
                 fullest = Some((fits_at, cap, found));
             }
@@ -159,6 +148,34 @@ impl RedisStore {
                 started.1,
             ))),
         }
+    }
+}
+
+impl RedisStore {
+    /// Shard `key` (cap `cap`) could not take `req`; `f` are its facts at `script_now` (its
+    /// script's clock), `now` the limiter's. Remembers it as full if it held its whole cap,
+    /// and returns when the request fits there (µs, the limiter's time).
+    fn shard_full(
+        &self,
+        key: &str,
+        f: &Found,
+        cap: u64,
+        req: &StoreRequest<'_>,
+        script_now: u64,
+        now: u64,
+    ) -> u64 {
+        let window = saturating_micros(req.window);
+        let fits = match f.expiry {
+            Some(expiry) if req.cost <= cap => until_gone(expiry, window, script_now),
+            _ => window,
+        };
+        if let Some(until) = full_until(f.count, cap, f.oldest, window) {
+            let still = Duration::from_micros(until.saturating_sub(script_now));
+            let retry = Duration::from_micros(fits);
+            let denials = &self.inner.denials;
+            denials.remember(key.to_owned(), req.cost, now, retry, still);
+        }
+        now.saturating_add(fits)
     }
 }
 
