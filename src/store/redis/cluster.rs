@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use super::super::{StoreError, StoreOutcome, StoreRequest};
+use super::super::{StoreError, StoreOutcome, StoreRequest, TierCheck};
 use super::script::{self, Found, Reply};
 use super::sharded::Walk;
 use super::RedisStore;
@@ -65,22 +65,9 @@ impl RedisStore {
                 }
             }
             let key = self.key(tier.tier, tier.id);
-            let tiers = &req.tiers[i..=i];
-            let reply = self
-                .inner
-                .eval_one(&key, script::args(req, now, tiers))
-                .await?;
-            let reply = Reply::parse(&reply)?;
-            let base = *first_now.get_or_insert(reply.now);
-            let shift = |t: Option<u64>| t.map(|t| (t + base).saturating_sub(reply.now));
-            let [f] = reply.found[..] else {
-                return Err(StoreError::new("one tier's script answered for several"));
-            };
-            found.push(Found {
-                oldest: shift(f.oldest),
-                expiry: shift(f.expiry),
-                ..f
-            });
+            let (reply, f) = self.one_tier(&key, req, now, tier, &mut first_now).await?;
+            found.push(f);
+            let base = first_now.unwrap_or(reply.now);
             if !reply.admitted {
                 self.roll_back(&recorded).await?;
                 return script::conclude(&checks, &found, false, base, req);
@@ -92,6 +79,31 @@ impl RedisStore {
         }
         let now = first_now.unwrap_or_default();
         script::conclude(&checks, &found, true, now, req)
+    }
+
+    /// Runs the script for one tier (`check`) on `key`; its reply, and its facts moved onto
+    /// the first tier's `now` (`base`, set here if this is the first tier).
+    pub(super) async fn one_tier(
+        &self,
+        key: &str,
+        req: &StoreRequest<'_>,
+        now: &str,
+        check: &TierCheck<'_>,
+        base: &mut Option<u64>,
+    ) -> Result<(Reply, Found), StoreError> {
+        let args = script::args(req, now, std::slice::from_ref(check));
+        let reply = Reply::parse(&self.inner.eval_one(key, args).await?)?;
+        let at = *base.get_or_insert(reply.now);
+        let shift = |t: Option<u64>| t.map(|t| (t + at).saturating_sub(reply.now));
+        let [f] = reply.found[..] else {
+            return Err(StoreError::new("one tier's script answered for several"));
+        };
+        let found = Found {
+            oldest: shift(f.oldest),
+            expiry: shift(f.expiry),
+            ..f
+        };
+        Ok((reply, found))
     }
 
     /// Removes this request's entries (one member per key) again, all at once.

@@ -12,7 +12,7 @@ use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
 
 use super::super::{StoreError, StoreRequest, TierCheck};
-use super::script::{self, Found, Reply};
+use super::script::Found;
 use super::RedisStore;
 use crate::algorithm::until_gone;
 use crate::clock::saturating_micros;
@@ -112,21 +112,8 @@ impl RedisStore {
                 limit: cap,
                 ..*tier
             };
-            let reply = self
-                .inner
-                .eval_one(key, script::args(req, now, std::slice::from_ref(&check)))
-                .await?;
-            let reply = Reply::parse(&reply)?;
-            let [f] = reply.found[..] else {
-                return Err(StoreError::new("one tier's script answered for several"));
-            };
-            let at = *base.get_or_insert(reply.now);
-            let shift = |t: Option<u64>| t.map(|t| (t + at).saturating_sub(reply.now));
-            let found = Found {
-                oldest: shift(f.oldest),
-                expiry: shift(f.expiry),
-                ..f
-            };
+            let (reply, found) = self.one_tier(key, req, now, &check, base).await?;
+            let f = reply.found[0]; // the facts in the shard's own clock
             if f.count.saturating_add(req.cost) <= cap {
                 let member = reply.member.map(|m| (key.clone(), m));
                 return Ok(Walk::Facts { cap, found, member });
