@@ -154,6 +154,8 @@ pub struct Attempt {
     retries: usize,
     /// The shard last handed out.
     last: usize,
+    /// The room (units) each shard tried had when it denied, the latest per shard.
+    rooms: Vec<(usize, u64)>,
 }
 
 impl Attempt {
@@ -186,6 +188,7 @@ impl Attempt {
             next: 0,
             seen,
             last: usize::MAX,
+            rooms: Vec::new(),
         })
     }
 
@@ -212,9 +215,35 @@ impl Attempt {
         Some(i)
     }
 
-    /// The shard just tried denied: a request of this cost fits there at `fits_at` (µs).
-    pub fn denied(&mut self, fits_at: u64) {
+    /// The shard just tried denied: it had `room` units (less than the cost), and a request
+    /// of this cost fits there at `fits_at` (µs).
+    pub fn denied(&mut self, fits_at: u64, room: u64) {
         self.seen.push((fits_at, self.last));
+        let last = self.last;
+        self.rooms.retain(|&(i, _)| i != last);
+        self.rooms.push((last, room));
+    }
+
+    /// When every shard denied a request of `cost` whole but their rooms together fit it: the
+    /// parts to reserve (shard, units), the largest rooms first, each to be recorded in its
+    /// shard by that shard's script (and all removed again if one part is denied). `None`
+    /// when the rooms seen do not add up to `cost` (or one shard alone had room: then it
+    /// should have admitted, and the rooms are stale).
+    pub fn split(&self, cost: u64) -> Option<Vec<(usize, u64)>> {
+        let mut rooms: Vec<(usize, u64)> =
+            self.rooms.iter().copied().filter(|&(_, r)| r > 0).collect();
+        rooms.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let mut left = cost;
+        let mut parts = Vec::new();
+        for (i, room) in rooms {
+            if left == 0 {
+                break;
+            }
+            let take = room.min(left);
+            parts.push((i, take));
+            left -= take;
+        }
+        (left == 0 && parts.len() > 1).then_some(parts)
     }
 
     /// The earliest moment (µs) any shard seen full (tried or known) frees, if any was.
@@ -269,17 +298,17 @@ mod tests {
         let mut a = Attempt::new(4, 1, 4, 100, full).unwrap();
         assert_eq!(a.earliest(), Some(500));
         assert_eq!(a.next_shard(100), Some(3));
-        a.denied(300);
+        a.denied(300, 0);
         assert_eq!(a.next_shard(101), Some(0));
-        a.denied(400);
+        a.denied(400, 0);
         assert_eq!(a.next_shard(102), None, "nothing has freed yet");
         assert_eq!(a.earliest(), Some(300));
         // Shard 3 frees while the walk goes on: tried again, once per shard of the walk.
         assert_eq!(a.next_shard(300), Some(3));
-        a.denied(350);
+        a.denied(350, 0);
         assert_eq!(a.next_shard(349), None);
         assert_eq!(a.next_shard(350), Some(3));
-        a.denied(360);
+        a.denied(360, 0);
         assert_eq!(a.next_shard(360), None, "two extra tries for a walk of two");
         // Known full until a moment already past: tried again.
         assert_eq!(
@@ -289,6 +318,25 @@ mod tests {
         let all = Attempt::new(3, 0, 3, 100, |i| Some(200 + i as u64));
         assert_eq!(all.unwrap_err(), 200);
         assert_eq!(Attempt::new(4, 2, 1, 0, |_| None).unwrap().order, [2]);
+    }
+
+    #[test]
+    fn a_cost_no_shard_fits_whole_is_split_over_the_largest_rooms() {
+        let mut a = Attempt::new(4, 0, 4, 0, |_| None).unwrap();
+        for room in [1, 3, 0, 2] {
+            a.next_shard(0);
+            a.denied(10, room);
+        }
+        assert_eq!(a.split(4), Some(vec![(1, 3), (3, 1)]));
+        assert_eq!(a.split(6), Some(vec![(1, 3), (3, 2), (0, 1)]));
+        assert_eq!(a.split(7), None, "6 units free in all");
+        assert_eq!(a.split(3), None, "one shard had room: stale, no split");
+        // A shard tried again (shard 0, the first of those freeing at 10) counts with its
+        // latest room.
+        assert_eq!(a.next_shard(10), Some(0));
+        a.denied(20, 0);
+        assert_eq!(a.split(6), None, "shard 0's room is gone");
+        assert_eq!(a.split(5), Some(vec![(1, 3), (3, 2)]));
     }
 
     #[test]

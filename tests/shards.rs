@@ -199,17 +199,33 @@ mod redis {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_cost_no_single_shard_has_room_for_is_denied() {
-        // Caps 4, 3, 3. The documented price of fixed caps (docs/SCALE.md): a cost of 4 fits
-        // only the first shard; once that is taken, another 4 is denied though 6 units are free.
+    async fn a_cost_no_single_shard_has_room_for_is_split_over_several() {
+        // Caps 4, 3, 3. A cost of 4 fits only the first shard whole; the next cost of 4 is
+        // recorded as 3 + 1 in the other two; then the 2 units left take a cost of 2, never 3.
         let cluster = RedisCluster::shared();
-        let s = store(cluster.url(), "shards-cost", 3).await;
+        let prefix = "shards-cost";
+        let s = store(cluster.url(), prefix, 3).await;
         assert!(admitted(&check(&s, T0, 4, 10, false).await));
-        assert!(!admitted(&check(&s, T0, 4, 10, false).await));
-        for _ in 0..2 {
-            assert!(admitted(&check(&s, T0, 3, 10, false).await));
-        }
+        assert!(admitted(&check(&s, T0, 4, 10, false).await), "split");
+        let keys = shard_keys(prefix);
+        let units = |key: &str| -> u64 {
+            let members = cluster.cli_for(key, &["ZRANGE", key, "0", "-1"]);
+            members
+                .lines()
+                .map(|m| u64::from_str_radix(m.rsplit(':').next().unwrap(), 16).unwrap())
+                .sum()
+        };
+        assert_eq!(keys.iter().map(|k| units(k)).collect::<Vec<_>>(), [4, 3, 1]);
+        assert!(
+            !admitted(&check(&s, T0, 3, 10, false).await),
+            "2 units left"
+        );
+        assert!(admitted(&check(&s, T0, 2, 10, false).await));
         assert!(!admitted(&check(&s, T0, 1, 10, false).await), "10 of 10");
+        // A cost above every cap (but within the limit) is split too.
+        let s = store(cluster.url(), "shards-big", 3).await;
+        assert!(admitted(&check(&s, T0, 9, 10, false).await));
+        assert!(!admitted(&check(&s, T0, 2, 10, false).await));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,6 +22,7 @@ fn params(shards: usize, instances: usize, demand: f64, pattern: Pattern) -> Par
         windows: 3,
         tries: shards,
         cache: true,
+        split: true,
         rtt: 500,
         seed: 14 + shards as u64 * 1_000 + instances as u64,
     }
@@ -50,7 +51,7 @@ fn never_over_and_at_most_one_percent_wrongly_denied() {
 }
 
 #[test]
-fn costs_never_go_over_the_limit() {
+fn costs_never_go_over_the_limit_and_are_split_rather_than_stranded() {
     for shards in [4, 16] {
         for demand in [1.0, 3.0] {
             let p = Params {
@@ -58,8 +59,16 @@ fn costs_never_go_over_the_limit() {
                 ..params(shards, 10, demand, Pattern::Bursty)
             };
             let o = sim::run(&p);
-            assert!(o.max_live <= p.limit, "S {shards} {demand}x: {o:?}");
-            assert!(o.admitted > 0);
+            let at = format!("S {shards} {demand}x");
+            assert!(o.max_live <= p.limit, "{at}: {o:?}");
+            assert!(o.wrong_fraction() <= 0.01, "{at}: {o:?}");
+            // Without the split, fixed caps strand room that costs above 1 cannot use.
+            let unsplit = sim::run(&Params { split: false, ..p });
+            assert!(unsplit.max_live <= p.limit);
+            assert!(
+                unsplit.wrongly_denied > o.wrongly_denied,
+                "{at}: {unsplit:?} {o:?}"
+            );
         }
     }
 }
@@ -69,6 +78,7 @@ fn the_plain_design_is_measurably_worse() {
     let p = Params {
         tries: 1,
         cache: false,
+        split: false,
         ..params(16, 10, 1.5, Pattern::Poisson)
     };
     let plain = sim::run(&p);

@@ -28,7 +28,8 @@ struct Args {
     /// Costs uniform in 1..=COSTS.
     #[arg(long, default_value_t = 1)]
     costs: u64,
-    /// The plain design, for comparison: one random shard per request, no full-until cache.
+    /// The plain design, for comparison: one shard per request (round robin), no full-until
+    /// cache, no split.
     #[arg(long)]
     plain: bool,
     /// One round trip to a shard, in µs (the time between two tries of one request).
@@ -53,9 +54,9 @@ fn main() {
         args.costs,
         args.rtt,
         if args.plain {
-            "plain: one try, no cache"
+            "plain: one try, no cache, no split"
         } else {
-            "the store's walk: every shard, full-until cache"
+            "the store's walk: every shard, full-until cache, split costs"
         }
     );
     println!("| S | instances | demand | admitted % (poisson/bursty/skewed) | wrongly denied % | scripts per request | max live / limit |");
@@ -76,6 +77,7 @@ fn main() {
                         windows: args.windows,
                         tries: if args.plain { 1 } else { shards },
                         cache: !args.plain,
+                        split: !args.plain,
                         rtt: args.rtt,
                         seed: 14 + shards as u64 * 1_000 + instances as u64,
                     })

@@ -67,6 +67,8 @@ pub struct Params {
     pub tries: usize,
     /// Whether instances skip the shards they know are full (the store does).
     pub cache: bool,
+    /// Whether a cost no shard fits whole is split over the rooms seen (the store does).
+    pub split: bool,
     /// One round trip to a shard (µs): the time between two tries of one request.
     pub rtt: u64,
     /// The generator's seed.
@@ -255,9 +257,11 @@ pub fn run(p: &Params) -> Outcome {
         // The walk ended at its last try.
         let now = now + (out.calls - calls).saturating_sub(1) * p.rtt;
         all.trim(now, p.window);
-        if let Some(at) = recorded {
+        if let Some(parts) = recorded {
             out.admitted += 1;
-            all.record(at, cost);
+            for (at, units) in parts {
+                all.record(at, units);
+            }
             out.max_live = out.max_live.max(all.count);
             if now + p.window >= end {
                 out.last_window_fill += cost as f64 / p.limit as f64;
@@ -270,7 +274,7 @@ pub fn run(p: &Params) -> Outcome {
 }
 
 /// One request through the crate's shard logic, as the cluster store walks it: where it was
-/// recorded (the time of its entry), if admitted.
+/// recorded (the time and units of each entry: several when split), if admitted.
 fn decide(
     p: &Params,
     layout: &ShardLayout,
@@ -279,7 +283,7 @@ fn decide(
     now: u64,
     cost: u64,
     calls: &mut u64,
-) -> Option<u64> {
+) -> Option<Vec<(u64, u64)>> {
     let n = shards.len();
     let start = instance.rotation.start(n);
     let known = |i: usize| p.cache.then(|| instance.full[i]).filter(|&t| t > 0);
@@ -297,13 +301,38 @@ fn decide(
         log.trim(now, p.window);
         if log.count + cost <= cap {
             log.record(now, cost);
-            return log.entries.back().map(|&(t, _)| t);
+            return log.entries.back().map(|&(t, _)| vec![(t, cost)]);
         }
-        attempt.denied(log.fits_at(now, p.window, cost, cap));
+        let room = cap.saturating_sub(log.count);
+        attempt.denied(log.fits_at(now, p.window, cost, cap), room);
         let oldest = log.entries.front().map(|&(t, _)| t);
         if let Some(until) = full_until(log.count, cap, oldest, p.window) {
             instance.full[i] = until;
         }
     }
-    None
+    let parts = attempt.split(cost).filter(|_| p.split)?;
+    let mut recorded: Vec<(usize, u64, u64)> = Vec::with_capacity(parts.len());
+    for (i, units) in parts {
+        now += step;
+        *calls += 1;
+        let log = &mut shards[i];
+        log.trim(now, p.window);
+        if log.count + units > layout.cap(p.limit, i) {
+            // Denied: the parts recorded are removed again (nothing came in between).
+            for &(j, _, units) in &recorded {
+                shards[j].entries.pop_back();
+                shards[j].count -= units;
+            }
+            return None;
+        }
+        log.record(now, units);
+        let at = log.entries.back().map_or(now, |&(t, _)| t);
+        recorded.push((i, at, units));
+    }
+    Some(
+        recorded
+            .into_iter()
+            .map(|(_, at, units)| (at, units))
+            .collect(),
+    )
 }

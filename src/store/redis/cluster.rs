@@ -55,11 +55,11 @@ impl RedisStore {
                     Walk::Facts {
                         cap,
                         found: f,
-                        member,
+                        members,
                     } => {
                         checks[i].limit = cap;
                         found.push(f);
-                        recorded.extend(member);
+                        recorded.extend(members);
                         continue;
                     }
                 }
@@ -111,7 +111,7 @@ impl RedisStore {
     /// A member removed from the middle of a key's log (a later request was recorded after
     /// it) leaves its cost in the running totals of the later members, so the key counts that
     /// cost until they expire: stricter for a while, never looser.
-    async fn roll_back(&self, recorded: &[(String, String)]) -> Result<(), StoreError> {
+    pub(super) async fn roll_back(&self, recorded: &[(String, String)]) -> Result<(), StoreError> {
         for (key, _) in recorded {
             self.inner.denials.forget(key); // a unit may be free again
         }

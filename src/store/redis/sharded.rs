@@ -52,12 +52,13 @@ impl GlobalShards {
 
 /// How the walk over the global shards ended.
 pub(super) enum Walk {
-    /// A shard recorded the request, or (shadow) every shard was full: the facts to conclude
-    /// on, with that shard's cap as the tier's limit, and the member to remove on a rollback.
+    /// A shard recorded the request (or several shards a part of it each), or (shadow) every
+    /// shard was full: the facts to conclude on, with the cap of the shards used as the
+    /// tier's limit, and the members to remove on a rollback.
     Facts {
         cap: u64,
         found: Found,
-        member: Option<(String, String)>,
+        members: Vec<(String, String)>,
     },
     /// Every shard denied (or was known full): the wait until the first frees.
     Denied(Duration),
@@ -115,20 +116,33 @@ impl RedisStore {
             let (reply, found) = self.one_tier(key, req, now, &check, base).await?;
             let f = reply.found[0]; // the facts in the shard's own clock
             if f.count.saturating_add(req.cost) <= cap {
-                let member = reply.member.map(|m| (key.clone(), m));
-                return Ok(Walk::Facts { cap, found, member });
+                let members = reply.member.map(|m| (key.clone(), m)).into_iter().collect();
+                return Ok(Walk::Facts {
+                    cap,
+                    found,
+                    members,
+                });
             }
             let fits_at = self.shard_full(key, &f, cap, req, reply.now, started.1);
-            attempt.denied(fits_at);
+            attempt.denied(fits_at, cap.saturating_sub(f.count));
             if fullest.is_none_or(|(t, ..)| fits_at < t) {
                 fullest = Some((fits_at, cap, found));
+            }
+        }
+        // No shard had room for the whole cost, but together they may: a part in each.
+        if let Some(parts) = attempt.split(req.cost).filter(|_| !tier.shadow) {
+            if let Some(walk) = self
+                .reserve_parts(shards, req, now, tier, &parts, base)
+                .await?
+            {
+                return Ok(walk);
             }
         }
         match fullest {
             Some((_, cap, found)) if tier.shadow => Ok(Walk::Facts {
                 cap,
                 found,
-                member: None,
+                members: Vec::new(),
             }),
             _ => Ok(Walk::Denied(wait(
                 attempt.earliest().unwrap_or(started.1),
@@ -139,6 +153,54 @@ impl RedisStore {
 }
 
 impl RedisStore {
+    /// Records `req` in parts, `(shard, units)` each, every part by its shard's script against
+    /// its cap; if one part is denied, the parts recorded are removed again (`None`).
+    async fn reserve_parts(
+        &self,
+        shards: &GlobalShards,
+        req: &StoreRequest<'_>,
+        now: &str,
+        tier: &TierCheck<'_>,
+        parts: &[(usize, u64)],
+        base: &mut Option<u64>,
+    ) -> Result<Option<Walk>, StoreError> {
+        let mut members = Vec::with_capacity(parts.len());
+        let (mut cap, mut count, mut oldest) = (0, 0, None::<u64>);
+        for &(i, units) in parts {
+            let key = &shards.keys[i];
+            let part = StoreRequest {
+                cost: units,
+                ..*req
+            };
+            let check = TierCheck {
+                limit: shards.layout.cap(tier.limit, i),
+                ..*tier
+            };
+            let (reply, found) = self.one_tier(key, &part, now, &check, base).await?;
+            if !reply.admitted {
+                self.roll_back(&members).await?;
+                return Ok(None);
+            }
+            members.extend(reply.member.map(|m| (key.clone(), m)));
+            cap += check.limit;
+            count += found.count;
+            oldest = match (oldest, found.oldest) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        let found = Found {
+            count,
+            oldest,
+            expiry: None,
+        };
+        Ok(Some(Walk::Facts {
+            cap,
+            found,
+            members,
+        }))
+    }
+
     /// Shard `key` (cap `cap`) could not take `req`; `f` are its facts at `script_now` (its
     /// script's clock), `now` the limiter's. Remembers it as full if it held its whole cap,
     /// and returns when the request fits there (µs, the limiter's time).
