@@ -11,7 +11,8 @@
 //!   shard gets an equal share of the tries.
 //! - [`Attempt`]: one request's walk over the shards: from its start, skipping the shards its
 //!   instance knows are full, moving on when a shard denies, until one admits or every shard
-//!   denied; then the wait is the earliest moment any shard frees.
+//!   denied; then the wait is the earliest moment any shard frees. A cost that no shard fits
+//!   whole but their rooms together do is split over them ([`Attempt::split`]).
 //! - [`full_until`]: when a shard that denied can change again (its oldest entry leaving),
 //!   from the facts its script returned; the instance remembers it and skips the shard until
 //!   then.

@@ -7,7 +7,8 @@
 //! ```sh
 //! cargo run --release --example shard_sim                 # the table of docs/SCALE.md
 //! cargo run --release --example shard_sim -- --costs 4    # costs uniform in 1..=4
-//! cargo run --release --example shard_sim -- --plain      # one random try, no cache
+//! cargo run --release --example shard_sim -- --plain      # one try, no cache, no split
+//! cargo run --release --example shard_sim -- --costs 4 --no-split  # fixed caps alone
 //! ```
 
 use clap::Parser;
@@ -35,6 +36,9 @@ struct Args {
     /// One round trip to a shard, in µs (the time between two tries of one request).
     #[arg(long, default_value_t = 500)]
     rtt: u64,
+    /// Never split a cost over several shards (fixed caps alone).
+    #[arg(long)]
+    no_split: bool,
     /// Shard counts to run (comma separated).
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
     shards: Vec<usize>,
@@ -77,7 +81,7 @@ fn main() {
                         windows: args.windows,
                         tries: if args.plain { 1 } else { shards },
                         cache: !args.plain,
-                        split: !args.plain,
+                        split: !args.plain && !args.no_split,
                         rtt: args.rtt,
                         seed: 14 + shards as u64 * 1_000 + instances as u64,
                     })
