@@ -181,9 +181,13 @@ struct All {
 
 impl All {
     fn trim(&mut self, now: u64, window: u64) {
-        let live = self.entries.split_off(&now.saturating_sub(window));
-        self.count -= self.entries.values().sum::<u64>();
-        self.entries = live;
+        let cutoff = now.saturating_sub(window);
+        while let Some(entry) = self.entries.first_entry() {
+            if *entry.key() >= cutoff {
+                break;
+            }
+            self.count -= entry.remove();
+        }
     }
 
     fn record(&mut self, at: u64, cost: u64) {
