@@ -6,7 +6,9 @@
 //! rotating start, skipping those this instance knows are full (the denial cache: a shard that
 //! held its whole cap stays full until its oldest entry leaves, and a reset of the global tier
 //! forgets every shard on every instance), moving on when one denies, until one admits or all
-//! denied. When every shard is known full the request is denied with no round trip.
+//! denied. When every shard is known full the request is denied with no round trip. A cost
+//! that no shard fits whole, but the rooms the walk saw do together, is recorded in parts, one
+//! per shard (all removed again if one part is denied).
 
 use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
