@@ -108,6 +108,16 @@ struct Cli {
           value_parser = duration)]
     redis_timeout: Option<Duration>,
 
+    /// Redis Cluster only: split the global limit over N keys spread over the masters, 1 to
+    /// 64 (every instance must use the same N) [default: 1, one exact key]
+    #[arg(
+        long,
+        env = "RATE_LIMIT_GLOBAL_SHARDS",
+        value_name = "N",
+        requires = "redis"
+    )]
+    global_shards: Option<u32>,
+
     /// rediss:// only: trust this PEM CA file instead of the system's store
     #[arg(long, env = "RATE_LIMIT_REDIS_CA", value_name = "PATH")]
     redis_ca: Option<PathBuf>,
@@ -325,6 +335,9 @@ impl Cli {
         }
         if let Some(timeout) = self.redis_timeout {
             builder = builder.redis_command_timeout(timeout);
+        }
+        if let Some(shards) = self.global_shards {
+            builder = builder.redis_global_shards(shards);
         }
         if let Some(ca) = &self.redis_ca {
             builder = builder.redis_tls_ca_file(ca);

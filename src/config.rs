@@ -56,6 +56,10 @@ pub const MAX_WINDOW: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
 /// "Exactness").
 pub const MAX_LIMIT: u64 = 1 << 50;
 
+/// The most keys the global tier's budget may be split over on a Redis Cluster
+/// ([`RedisConfig::global_shards`]): 64.
+pub const MAX_SHARDS: u32 = 64;
+
 /// The default key prefix: keys are `rate_limit:user:<id>`, `rate_limit:endpoint:<route>` and
 /// `rate_limit:global`.
 pub const DEFAULT_KEY_PREFIX: &str = "rate_limit";

@@ -5,6 +5,8 @@
 //!   429 body, client IP behind proxies, shadow mode, metrics, recovery, gRPC.
 //! - [`redis`]: URLs, the script, keys, time, the fallback, TLS, strict start and configuration
 //!   errors, Redis Cluster, memory per entry.
+//! - [`scale`]: the global tier sharded over a Redis Cluster's masters; what it guarantees,
+//!   what it measures.
 //! - [`architecture`]: a request's path through layer, limiter, algorithm and store; one
 //!   paragraph per module; the seams.
 //! - [`operations`]: changing limits live, usage without recording, waiting instead of failing.
@@ -24,6 +26,10 @@ pub mod policies {
 
 pub mod redis {
     #![doc = include_str!("../docs/REDIS.md")]
+}
+
+pub mod scale {
+    #![doc = include_str!("../docs/SCALE.md")]
 }
 
 pub mod architecture {

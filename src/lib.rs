@@ -165,6 +165,7 @@ pub mod observe;
 mod plan;
 mod redis_url;
 mod request;
+pub mod shards;
 pub mod store;
 mod tier;
 

@@ -258,6 +258,9 @@ fn tls_flags_are_checked_with_the_other_settings() {
     let (code, err) = run(&["--redis-required"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("--redis URL"), "{err}");
+    let (code, err) = run(&["--redis", "redis://127.0.0.1:1", "--global-shards", "65"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("redis.global_shards"), "{err}");
 }
 
 /// The demo's flags are parsed as Rust command-line tools parse theirs (clap): `--help` lists
@@ -276,6 +279,7 @@ fn help_version_and_unknown_flags_behave_like_any_rust_cli() {
         ("--global-limit", "RATE_LIMIT_GLOBAL_LIMIT"),
         ("--redis", "RATE_LIMIT_REDIS_URL"),
         ("--redis-timeout", "RATE_LIMIT_REDIS_TIMEOUT"),
+        ("--global-shards", "RATE_LIMIT_GLOBAL_SHARDS"),
         ("--redis-ca", "RATE_LIMIT_REDIS_CA"),
         ("--redis-cert", "RATE_LIMIT_REDIS_CERT"),
         ("--redis-key", "RATE_LIMIT_REDIS_KEY"),

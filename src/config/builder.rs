@@ -180,6 +180,14 @@ impl RateLimitConfigBuilder {
         self
     }
 
+    /// Redis Cluster only: split the global tier's budget over `shards` keys spread over the
+    /// masters (default 1, one exact key; 1 to [`MAX_SHARDS`](super::MAX_SHARDS)). Never
+    /// admits more than the global limit; see [the scale guide](crate::guides::scale).
+    pub fn redis_global_shards(mut self, shards: u32) -> Self {
+        self.redis_mut().global_shards = shards;
+        self
+    }
+
     fn redis_mut(&mut self) -> &mut RedisConfig {
         self.raw.redis.get_or_insert_with(RedisConfig::default)
     }

@@ -71,6 +71,14 @@ pub enum ConfigError {
     /// The recovery's longest backoff is shorter than its first.
     #[error("redis.recovery.max_backoff: must be at least redis.recovery.initial_backoff")]
     BackoffBelowInitial,
+    /// A shard count is outside 1 to [`MAX_SHARDS`](super::MAX_SHARDS).
+    #[error("{field}: {value} is outside the accepted range 1 to 64")]
+    ShardsOutOfRange {
+        /// `redis.global_shards`.
+        field: &'static str,
+        /// The value given.
+        value: u32,
+    },
     /// A Redis URL was given but the crate was built without the `redis` feature.
     #[error("redis.url: this build of tiered-ratelimit has no `redis` feature")]
     RedisFeatureDisabled,
@@ -86,7 +94,7 @@ impl ConfigError {
     pub fn field(&self) -> &'static str {
         match self {
             Self::ZeroWindow | Self::WindowTooLarge(_) => "window",
-            Self::LimitTooLarge { field, .. } => field,
+            Self::LimitTooLarge { field, .. } | Self::ShardsOutOfRange { field, .. } => field,
             Self::InvalidKeyPrefix(_) => "key_prefix",
             Self::ZeroMaxTrackedKeys => "max_tracked_keys",
             Self::InvalidRedisUrl(_) | Self::RedisFeatureDisabled => "redis.url",

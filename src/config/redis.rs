@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use super::duration::serde_duration;
 #[cfg(doc)]
+use super::MAX_SHARDS;
+#[cfg(doc)]
 use super::{ConfigError, MAX_COMMAND_TIMEOUT, MAX_CONNECT_TIMEOUT, MIN_REDIS_TIMEOUT};
 
 /// Where the Redis store takes `now` from.
@@ -78,6 +80,17 @@ pub struct RedisConfig {
     /// default): the fallback is for good.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recovery: Option<Recovery>,
+    /// Redis Cluster only: the global tier's budget is split over this many keys, which the
+    /// cluster spreads over its masters, so the global tier is no longer bound to one master's
+    /// core (default 1: today's single key, exact). From 1 to [`MAX_SHARDS`]. Every instance
+    /// must use the same value. Ignored on a single Redis node and by the memory store. See
+    /// [the scale guide](crate::guides::scale).
+    #[serde(skip_serializing_if = "is_one")]
+    pub global_shards: u32,
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 /// How a limiter that fell back to memory re-probes Redis (opt-in).
@@ -96,7 +109,7 @@ pub struct Recovery {
 
 impl Default for RedisConfig {
     /// No URL yet (one must be set), a 100 ms command timeout, a 1 s connect timeout, no TLS
-    /// files, Redis `TIME`, not a cluster unless the URL says so, no recovery.
+    /// files, Redis `TIME`, not a cluster unless the URL says so, no recovery, one global key.
     fn default() -> Self {
         Self {
             url: String::new(),
@@ -108,6 +121,7 @@ impl Default for RedisConfig {
             time_source: TimeSource::default(),
             cluster: false,
             recovery: None,
+            global_shards: 1,
         }
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{
     ConfigError, RawConfig, RedisConfig, MAX_COMMAND_TIMEOUT, MAX_CONNECT_TIMEOUT,
-    MAX_KEY_PREFIX_LEN, MAX_LIMIT, MAX_WINDOW, MIN_REDIS_TIMEOUT,
+    MAX_KEY_PREFIX_LEN, MAX_LIMIT, MAX_SHARDS, MAX_WINDOW, MIN_REDIS_TIMEOUT,
 };
 
 /// Checks every field of `raw`.
@@ -102,6 +102,12 @@ fn validate_redis(redis: &RedisConfig) -> Result<(), ConfigError> {
         if recovery.max_backoff < recovery.initial_backoff {
             return Err(ConfigError::BackoffBelowInitial);
         }
+    }
+    if !(1..=MAX_SHARDS).contains(&redis.global_shards) {
+        return Err(ConfigError::ShardsOutOfRange {
+            field: "redis.global_shards",
+            value: redis.global_shards,
+        });
     }
     if redis.url.is_empty() {
         return Err(ConfigError::InvalidRedisUrl("must not be empty".to_owned()));

@@ -8,18 +8,35 @@
 
 use std::time::Duration;
 
-use super::super::{StoreError, StoreOutcome, StoreRequest};
+use super::super::{StoreError, StoreOutcome, StoreRequest, TierCheck};
 use super::script::{self, Found, Reply};
+use super::sharded::Walk;
 use super::RedisStore;
+use crate::clock::saturating_micros;
+use crate::tier::Tier;
 
 impl RedisStore {
-    /// Decides `req` (more than one tier) tier by tier; `now` is the script's `ARGV[1]`. The
-    /// facts of every tier go through the one algorithm, as on a single node.
+    /// Decides `req` tier by tier (more than one tier, or a sharded global tier: see
+    /// `sharded`); `now` is the script's `ARGV[1]`. The facts of every tier go through the one
+    /// algorithm, as on a single node; a sharded global tier's facts are its shard's, with the
+    /// shard's cap as its limit.
     pub(super) async fn check_per_tier(
         &self,
         req: &StoreRequest<'_>,
         now: &str,
     ) -> Result<(StoreOutcome, Duration), StoreError> {
+        let shards = self.inner.global.as_ref();
+        let global = req.tiers.iter().position(|t| t.tier == Tier::Global);
+        if let (Some(shards), Some(g)) = (shards, global) {
+            // Every shard known full: denied before any tier is reserved.
+            let now_us = saturating_micros(req.now);
+            if let Some(wait) =
+                self.all_shards_full(shards, &req.tiers[g], saturating_micros(req.window), now_us)
+            {
+                return Ok((StoreOutcome::denied(Tier::Global, wait), Duration::ZERO));
+            }
+        }
+        let mut checks = req.tiers.to_vec();
         // (key, member) of every tier this request was recorded in so far.
         let mut recorded: Vec<(String, String)> = Vec::with_capacity(req.tiers.len());
         let mut found: Vec<Found> = Vec::with_capacity(req.tiers.len());
@@ -27,26 +44,35 @@ impl RedisStore {
         // the first tier's `now`, so the facts speak of one moment.
         let mut first_now = None;
         for (i, tier) in req.tiers.iter().enumerate() {
+            if let (Some(shards), Some(_)) = (shards, global.filter(|&g| g == i)) {
+                match self
+                    .walk_global(shards, req, now, tier, &mut first_now)
+                    .await?
+                {
+                    Walk::Denied(wait) => {
+                        self.roll_back(&recorded).await?;
+                        let denied = StoreOutcome::denied(Tier::Global, wait);
+                        return Ok((denied, Duration::ZERO));
+                    }
+                    Walk::Facts {
+                        cap,
+                        found: f,
+                        members,
+                    } => {
+                        checks[i].limit = cap;
+                        found.push(f);
+                        recorded.extend(members);
+                        continue;
+                    }
+                }
+            }
             let key = self.key(tier.tier, tier.id);
-            let tiers = &req.tiers[i..=i];
-            let reply = self
-                .inner
-                .eval_one(&key, script::args(req, now, tiers))
-                .await?;
-            let reply = Reply::parse(&reply)?;
-            let base = *first_now.get_or_insert(reply.now);
-            let shift = |t: Option<u64>| t.map(|t| (t + base).saturating_sub(reply.now));
-            let [f] = reply.found[..] else {
-                return Err(StoreError::new("one tier's script answered for several"));
-            };
-            found.push(Found {
-                oldest: shift(f.oldest),
-                expiry: shift(f.expiry),
-                ..f
-            });
+            let (reply, f) = self.one_tier(&key, req, now, tier, &mut first_now).await?;
+            found.push(f);
+            let base = first_now.unwrap_or(reply.now);
             if !reply.admitted {
                 self.roll_back(&recorded).await?;
-                return script::conclude(req.tiers, &found, false, base, req);
+                return script::conclude(&checks, &found, false, base, req);
             }
             // A full shadow tier records nothing: there is no member to roll back.
             if let Some(member) = reply.member {
@@ -54,7 +80,32 @@ impl RedisStore {
             }
         }
         let now = first_now.unwrap_or_default();
-        script::conclude(req.tiers, &found, true, now, req)
+        script::conclude(&checks, &found, true, now, req)
+    }
+
+    /// Runs the script for one tier (`check`) on `key`; its reply, and its facts moved onto
+    /// the first tier's `now` (`base`, set here if this is the first tier).
+    pub(super) async fn one_tier(
+        &self,
+        key: &str,
+        req: &StoreRequest<'_>,
+        now: &str,
+        check: &TierCheck<'_>,
+        base: &mut Option<u64>,
+    ) -> Result<(Reply, Found), StoreError> {
+        let args = script::args(req, now, std::slice::from_ref(check));
+        let reply = Reply::parse(&self.inner.eval_one(key, args).await?)?;
+        let at = *base.get_or_insert(reply.now);
+        let shift = |t: Option<u64>| t.map(|t| (t + at).saturating_sub(reply.now));
+        let [f] = reply.found[..] else {
+            return Err(StoreError::new("one tier's script answered for several"));
+        };
+        let found = Found {
+            oldest: shift(f.oldest),
+            expiry: shift(f.expiry),
+            ..f
+        };
+        Ok((reply, found))
     }
 
     /// Removes this request's entries (one member per key) again, all at once.
@@ -62,7 +113,7 @@ impl RedisStore {
     /// A member removed from the middle of a key's log (a later request was recorded after
     /// it) leaves its cost in the running totals of the later members, so the key counts that
     /// cost until they expire: stricter for a while, never looser.
-    async fn roll_back(&self, recorded: &[(String, String)]) -> Result<(), StoreError> {
+    pub(super) async fn roll_back(&self, recorded: &[(String, String)]) -> Result<(), StoreError> {
         for (key, _) in recorded {
             self.inner.denials.forget(key); // a unit may be free again
         }

@@ -69,6 +69,18 @@ impl DenialCache {
         None
     }
 
+    /// Until when (µs) `key` is remembered to have no room at all, for requests of any cost,
+    /// if it is at `now` (a global shard, skipped until then). Only under the global `limit`
+    /// and `window` it was remembered under: a live reconfiguration changes the shards' caps.
+    pub(crate) fn full_until(&self, key: &str, limit: u64, window: u64, now: u64) -> Option<u64> {
+        if !self.live.load(Ordering::Acquire) {
+            return None;
+        }
+        let cached = *self.entries.get(key)?;
+        let same = cached.terms.limit == limit && cached.terms.window == window;
+        (same && now < cached.still_until).then_some(cached.still_until)
+    }
+
     /// Remembers that `key` has no room, unchanged for `still` from `now` (µs), and that a
     /// request under `terms` fits after `retry_after`.
     pub(crate) fn remember(
@@ -163,6 +175,16 @@ mod tests {
         cache.remember("k".into(), cost(2), 1_000, 8 * MS, 5 * MS);
         assert_eq!(cache.get("k", cost(2), 1_000), Some(8 * MS));
         assert_eq!(cache.get("k", cost(2), 3_000), Some(6 * MS));
+        assert_eq!(
+            cache.full_until("k", 5, 1_000_000, 3_000),
+            Some(6_000),
+            "full for every cost"
+        );
+        assert_eq!(
+            cache.full_until("k", 6, 1_000_000, 3_000),
+            None,
+            "not under another limit"
+        );
         assert_eq!(
             cache.get("k", cost(1), 3_000),
             None,

@@ -36,6 +36,7 @@ mod connection;
 mod denial_cache;
 mod invalidation;
 mod script;
+mod sharded;
 #[cfg(feature = "tls")]
 mod tls;
 mod usage;
@@ -92,6 +93,8 @@ struct Connections {
     start_error: OnceLock<ConnectError>,
     /// Whether the URL asks for TLS.
     tls: bool,
+    /// Cluster with `global_shards > 1` only: the global tier's shard keys (see `sharded`).
+    global: Option<sharded::GlobalShards>,
     /// Cluster only: the connections that follow ASK redirections (see `ask`).
     ask_clients: AskClients,
     config: RedisConfig,
@@ -136,6 +139,9 @@ impl RedisStore {
                 listener: std::sync::Mutex::new(None),
                 closed: AtomicBool::new(false),
                 ask_clients: AskClients::default(),
+                global: clustered
+                    .then(|| sharded::GlobalShards::new(prefix, config.global_shards))
+                    .flatten(),
                 config: config.clone(),
                 conn: watch::Sender::new(if failed {
                     Conn::Failed
@@ -203,7 +209,7 @@ impl RedisStore {
     ) -> Result<(StoreOutcome, Duration), StoreError> {
         let inner = &*self.inner;
         let now = script::now_arg(inner.time_source, req);
-        if inner.clustered && req.tiers.len() > 1 {
+        if inner.clustered && (req.tiers.len() > 1 || inner.global.is_some()) {
             return self.check_per_tier(req, &now).await;
         }
         let keys: Vec<String> = req.tiers.iter().map(|t| self.key(t.tier, t.id)).collect();
@@ -243,20 +249,30 @@ impl Store for RedisStore {
     }
 
     fn reset(&self, tier: Tier, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
-        let key = self.key(tier, id);
+        // A sharded global tier is all its shard keys (one at a time: they live on several
+        // masters).
+        let keys = match (&self.inner.global, tier) {
+            (Some(shards), Tier::Global) => shards.keys().to_vec(),
+            _ => vec![self.key(tier, id)],
+        };
         let timeout = self.inner.command_timeout;
-        self.inner.denials.forget(&key);
+        for key in &keys {
+            self.inner.denials.forget(key);
+        }
         let delete = async move {
             if !self.connected().await {
                 return Err(StoreError::new("Redis is unreachable"));
             }
             let client = &self.inner.client;
-            let deleted: Result<i64, _> = client.del(key.as_str()).await;
-            deleted.map_err(|e| fred_error("DEL failed", e))?;
-            // Every instance forgets its cached denials of the key.
-            invalidation::publish(client, &self.inner.prefix, key)
-                .await
-                .map_err(|e| fred_error("PUBLISH failed", e))
+            for key in keys {
+                let deleted: Result<i64, _> = client.del(key.as_str()).await;
+                deleted.map_err(|e| fred_error("DEL failed", e))?;
+                // Every instance forgets its cached denials of the key.
+                invalidation::publish(client, &self.inner.prefix, key)
+                    .await
+                    .map_err(|e| fred_error("PUBLISH failed", e))?;
+            }
+            Ok(())
         };
         async move {
             tokio::time::timeout(timeout, delete)
