@@ -3,6 +3,8 @@
 # the other, each as its own process on a free loopback port:
 #
 #   bare      no rate limiting (the baseline)
+#   headers   no rate limiting; the handler writes the two headers ours sends (the baseline
+#             of the issue-11 target: ours >= 0.97x of it)
 #   ours      RateLimitLayer, in memory, three tiers, limits never reached (1 s window)
 #   governor  tower_governor 0.7 keyed by the x-user-id header, a quota never reached
 #
@@ -22,7 +24,7 @@
 #
 # Writes the table to stdout and benches/results/http.md, every run to benches/results/http.csv.
 # Settings (environment): DURATION (10s), WARMUP (2s), CONNECTIONS (64), REPS (3), WORKERS (1),
-# SERVER_CPUS (0), WRK_CPUS (1), MODES ("bare ours governor"), RESULTS (benches/results).
+# SERVER_CPUS (0), WRK_CPUS (1), MODES ("bare headers ours governor"), RESULTS (benches/results).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -35,7 +37,7 @@ REPS=${REPS:-3}
 WORKERS=${WORKERS:-1}
 SERVER_CPUS=${SERVER_CPUS:-0}
 WRK_CPUS=${WRK_CPUS:-1}
-MODES=${MODES:-bare ours governor}
+MODES=${MODES:-bare headers ours governor}
 RESULTS=${RESULTS:-$ROOT/benches/results}
 USER_HEADER='x-user-id: bench'
 
@@ -156,7 +158,7 @@ CSV=$TMP/http.csv
 echo "run,mode,rep,requests_per_sec,p50_us,p99_us,requests,non_2xx,socket_errors,server_cpu,server_cpu_us_per_request" >"$CSV"
 runs=0
 for mode in $MODES; do
-    case $mode in bare | ours | governor) ;; *) die "unknown mode $mode" ;; esac
+    case $mode in bare | headers | ours | governor) ;; *) die "unknown mode $mode" ;; esac
     runs=$((runs + 1))
 done
 log "$REPS x {$MODES}: wrk -t1 -c$CONNECTIONS, warm-up $WARMUP, timed $DURATION; pinning: $pinning"
@@ -235,6 +237,7 @@ cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
     if [ -n "${RPS[ours]:-}" ]; then
         echo
         if [ -n "${RPS[bare]:-}" ]; then compare "ours / bare" ours bare; fi
+        if [ -n "${RPS[headers]:-}" ]; then compare "ours / headers" ours headers; fi
         if [ -n "${RPS[governor]:-}" ]; then compare "ours / governor" ours governor; fi
     fi
     echo

@@ -33,9 +33,10 @@ use tower_governor::key_extractor::KeyExtractor;
 use tower_governor::{GovernorError, GovernorLayer};
 
 const USAGE: &str = "\
-usage: bench_http --mode bare|ours|governor [--listen ADDR] [--workers N]
+usage: bench_http --mode bare|headers|ours|governor [--listen ADDR] [--workers N]
 
-  --mode MODE      bare (no layer), ours (RateLimitLayer, in memory) or governor (tower_governor)
+  --mode MODE      bare (no layer), headers (no layer; the handler writes the two headers ours
+                   sends), ours (RateLimitLayer, in memory) or governor (tower_governor)
   --listen ADDR    address to serve on (default 127.0.0.1:0, a free port)
   --workers N      tokio worker threads (default: the number of CPUs this process may use)
 ";
@@ -46,6 +47,8 @@ const HUGE: u64 = 1 << 40;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
     Bare,
+    /// Bare axum whose handler writes the same two headers as ours (the issue's baseline).
+    Headers,
     Ours,
     Governor,
 }
@@ -71,6 +74,7 @@ fn parse_args() -> Result<Args, String> {
             "--mode" => {
                 mode = Some(match value.as_str() {
                     "bare" => Mode::Bare,
+                    "headers" => Mode::Headers,
                     "ours" => Mode::Ours,
                     "governor" => Mode::Governor,
                     other => return Err(format!("--mode: unknown mode {other:?}")),
@@ -99,7 +103,8 @@ fn parse_args() -> Result<Args, String> {
     })
 }
 
-/// The user id, for both layers: the `x-user-id` header.
+/// The user id for tower_governor: the `x-user-id` header (ours reads the same header with
+/// `user_id_header`, borrowed).
 fn header_user(headers: &http::HeaderMap) -> Option<String> {
     let id = headers.get("x-user-id")?.to_str().ok()?;
     (!id.is_empty()).then(|| id.to_owned())
@@ -121,6 +126,21 @@ fn app(mode: Mode) -> Result<Router, String> {
     let router = Router::new().route("/", get(|| async { "hello" }));
     Ok(match mode {
         Mode::Bare => router,
+        Mode::Headers => Router::new().route(
+            "/",
+            get(|| async {
+                // The two headers ours sends on an admitted request, a remaining count of the
+                // same size (limits of 2^40, as ours).
+                let remaining = http::HeaderValue::from(HUGE - 1);
+                (
+                    [
+                        (http::HeaderName::from_static("x-ratelimit-remaining"), remaining),
+                        (http::header::RETRY_AFTER, http::HeaderValue::from_static("0")),
+                    ],
+                    "hello",
+                )
+            }),
+        ),
         Mode::Ours => {
             let config = RateLimitConfig::builder()
                 .window(Duration::from_secs(1))
@@ -130,7 +150,7 @@ fn app(mode: Mode) -> Result<Router, String> {
                 .build()
                 .map_err(|e| format!("config: {e}"))?;
             router.route_layer(
-                RateLimitLayer::new(config).user_id(|parts| header_user(&parts.headers)),
+                RateLimitLayer::new(config).user_id_header("x-user-id"),
             )
         }
         Mode::Governor => {
