@@ -134,8 +134,14 @@ fn app(mode: Mode) -> Result<Router, String> {
                 let remaining = http::HeaderValue::from(HUGE - 1);
                 (
                     [
-                        (http::HeaderName::from_static("x-ratelimit-remaining"), remaining),
-                        (http::header::RETRY_AFTER, http::HeaderValue::from_static("0")),
+                        (
+                            http::HeaderName::from_static("x-ratelimit-remaining"),
+                            remaining,
+                        ),
+                        (
+                            http::header::RETRY_AFTER,
+                            http::HeaderValue::from_static("0"),
+                        ),
                     ],
                     "hello",
                 )
@@ -149,9 +155,7 @@ fn app(mode: Mode) -> Result<Router, String> {
                 .global_limit(HUGE)
                 .build()
                 .map_err(|e| format!("config: {e}"))?;
-            router.route_layer(
-                RateLimitLayer::new(config).user_id_header("x-user-id"),
-            )
+            router.route_layer(RateLimitLayer::new(config).user_id_header("x-user-id"))
         }
         Mode::Governor => {
             // per_nanosecond(1): one cell back every nanosecond (per_second(n) would be one
