@@ -13,7 +13,8 @@ use crate::tier::Tier;
 ///
 /// It serializes (the design note's `as_dict`) as
 /// `{"allowed": bool, "remaining": n, "retry_after": secs, "blocked_by": "user" | null}`, where
-/// `retry_after` is the whole seconds sent in the `Retry-After` header.
+/// `retry_after` is the whole seconds sent in the `Retry-After` header (with
+/// `"shadow_blocked_by"` for a shadow denial, and `"block": true` for an operator's block).
 ///
 /// ```
 /// use std::time::Duration;
@@ -50,6 +51,8 @@ pub struct Decision {
     /// The request's cost, and the blocking tier's limit when the cost is above it.
     pub(crate) cost: u64,
     pub(crate) cost_limit: Option<u64>,
+    /// Denied by an operator's block, not by a full window.
+    pub(crate) by_block: bool,
 }
 
 impl Decision {
@@ -66,6 +69,7 @@ impl Decision {
             window: Duration::ZERO,
             cost: 1,
             cost_limit: None,
+            by_block: false,
         }
     }
 
@@ -85,6 +89,15 @@ impl Decision {
             blocked_by: Some(tier),
             shadow_blocked_by: None,
             ..Self::shadow_deny(tier, retry_after)
+        }
+    }
+
+    /// Denied by an operator's block on `tier`, which ends after `retry_after`.
+    #[inline]
+    pub(crate) fn block(tier: Tier, retry_after: Duration) -> Self {
+        Self {
+            by_block: true,
+            ..Self::deny(tier, retry_after)
         }
     }
 
@@ -116,6 +129,7 @@ impl Decision {
         self.cost = cost;
         self.cost_limit = self
             .blocked_by
+            .filter(|_| !self.by_block)
             .and_then(|tier| self.limit(tier))
             .filter(|&limit| limit < cost);
         self
@@ -196,6 +210,15 @@ impl Decision {
         self.blocked_by
     }
 
+    /// Whether the request was refused by an operator's block
+    /// ([`RateLimiter::block`](crate::RateLimiter::block)) rather than by a full window: then
+    /// [`blocked_by`](Self::blocked_by) names the blocked tier and
+    /// [`retry_after`](Self::retry_after) is the block's time left.
+    #[inline]
+    pub fn by_block(&self) -> bool {
+        self.by_block
+    }
+
     /// Whether the request was denied because its cost is above the blocking tier's limit: it
     /// can never be admitted, however long the client waits (`Retry-After` then says one
     /// window).
@@ -261,13 +284,17 @@ impl Decision {
 impl Serialize for Decision {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let shadow = self.shadow_blocked_by.is_some();
-        let mut st = s.serialize_struct("Decision", 4 + usize::from(shadow))?;
+        let fields = 4 + usize::from(shadow) + usize::from(self.by_block);
+        let mut st = s.serialize_struct("Decision", fields)?;
         st.serialize_field("allowed", &self.allowed)?;
         st.serialize_field("remaining", &self.remaining)?;
         st.serialize_field("retry_after", &self.retry_after_secs())?;
         st.serialize_field("blocked_by", &self.blocked_by)?;
         if shadow {
             st.serialize_field("shadow_blocked_by", &self.shadow_blocked_by)?;
+        }
+        if self.by_block {
+            st.serialize_field("block", &true)?;
         }
         st.end()
     }

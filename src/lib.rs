@@ -151,6 +151,7 @@
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
 mod algorithm;
+mod block;
 mod client_ip;
 mod clock;
 pub mod config;
@@ -176,6 +177,8 @@ pub mod headers {
 }
 
 #[doc(inline)]
+pub use crate::block::{BlockTarget, IPV6_BLOCK_PREFIX};
+#[doc(inline)]
 pub use crate::clock::{Clock, ManualClock, SystemClock};
 #[doc(inline)]
 pub use crate::config::builder::RateLimitConfigBuilder;
@@ -194,7 +197,7 @@ pub use crate::header_style::HeaderStyle;
 #[doc(inline)]
 pub use crate::layer::{RateLimit, RateLimitLayer, ResponseBody, ResponseFuture};
 #[doc(inline)]
-pub use crate::limiter::{RateLimiter, RateLimiterBuilder, Usage};
+pub use crate::limiter::{BlockError, RateLimiter, RateLimiterBuilder, Usage};
 #[doc(inline)]
 pub use crate::request::{CheckRequest, UserKey};
 #[doc(inline)]

@@ -1,11 +1,14 @@
 //! Operating a limiter live (issue 13): waiting instead of failing (`acquire`), usage without
-//! recording (`usage`), live reconfiguration (`reconfigure`). Each body is written once and runs
-//! on memory, on a Redis server of its own and on the binary's shared Redis Cluster.
+//! recording (`usage`), live reconfiguration (`reconfigure`), blocks (`block`). Each body is
+//! written once and runs on memory, on a Redis server of its own and on the binary's shared
+//! Redis Cluster.
 
 mod common;
 
 #[path = "operate/acquire.rs"]
 mod acquire;
+#[path = "operate/block.rs"]
+mod block;
 #[path = "operate/reconfigure.rs"]
 mod reconfigure;
 #[path = "operate/usage.rs"]

@@ -61,7 +61,7 @@ pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-fn mask(ip: IpAddr, prefix: u8) -> IpAddr {
+pub(crate) fn mask(ip: IpAddr, prefix: u8) -> IpAddr {
     match ip {
         IpAddr::V4(v4) => {
             let bits = u32::from(v4);

@@ -121,6 +121,14 @@ impl RateLimitConfig {
         self.raw.routes.get(route)
     }
 
+    /// Every route with overrides, and its limits.
+    pub(crate) fn routes(&self) -> impl Iterator<Item = (&str, &RouteLimits)> {
+        self.raw
+            .routes
+            .iter()
+            .map(|(route, limits)| (route.as_str(), limits))
+    }
+
     /// A plan by name.
     pub fn plan(&self, name: &str) -> Option<&Plan> {
         self.raw.plans.get(name)

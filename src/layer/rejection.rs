@@ -42,6 +42,9 @@ fn problem(decision: &Decision) -> Response<Bytes> {
     let tier = decision.blocked_by().map_or("rate", |t| t.as_str());
     let retry = decision.retry_after_secs();
     let detail = match decision.cost_limit() {
+        _ if decision.by_block() => {
+            format!("Requests of this {tier} are blocked; the block ends in {retry} s.")
+        }
         Some(limit) => format!(
             "This request costs {} units, more than the {tier} limit of {limit}: \
              it can never be admitted.",
@@ -49,10 +52,15 @@ fn problem(decision: &Decision) -> Response<Bytes> {
         ),
         None => format!("The {tier} rate limit is reached; retry after {retry} s."),
     };
+    let block = if decision.by_block() {
+        ",\"block\":true"
+    } else {
+        ""
+    };
     let body = format!(
         "{{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\
          \"detail\":\"{detail}\",\"policy\":\"{tier}\",\"retry_after\":{retry},\
-         \"cost\":{}}}",
+         \"cost\":{}{block}}}",
         decision.cost()
     );
     let mut response = Response::new(Bytes::from(body));

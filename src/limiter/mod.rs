@@ -22,11 +22,13 @@ use crate::store::{Backend, BackendListener, DynStore, StoreError, StoreOutcome,
 use crate::tier::Tier;
 
 mod acquire;
+mod block;
 mod builder;
 mod live;
 mod reconfigure;
 mod usage;
 
+pub use self::block::BlockError;
 pub use self::builder::RateLimiterBuilder;
 use self::live::Live;
 pub use self::usage::Usage;
@@ -58,6 +60,7 @@ fn decide(outcome: Result<StoreOutcome, StoreError>, backend: &'static str) -> D
             ..
         }) => Decision::shadow_deny(tier, retry_after),
         Ok(StoreOutcome::Denied { tier, retry_after }) => Decision::deny(tier, retry_after),
+        Ok(StoreOutcome::Blocked { tier, retry_after }) => Decision::block(tier, retry_after),
         Err(error) => {
             observe::store_error(backend);
             tracing::error!(%error, backend, "rate limit store failed; request let through");

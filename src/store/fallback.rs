@@ -270,6 +270,32 @@ impl Store for FallbackStore {
         }
     }
 
+    /// On the active store. A Redis failure is returned (the block did not land), and does not
+    /// swap to memory: the next check decides about that. Blocks kept in Redis stay there: a
+    /// limiter that falls back to memory does not see them.
+    async fn block(
+        &self,
+        tier: Tier,
+        id: &str,
+        now: Duration,
+        duration: Duration,
+    ) -> Result<(), StoreError> {
+        let active = self.active.load_full();
+        match &*active {
+            Active::Redis(redis) => Store::block(redis, tier, id, now, duration).await,
+            Active::Memory(memory, _) => Store::block(memory, tier, id, now, duration).await,
+        }
+    }
+
+    /// On the active store, like [`block`](Store::block).
+    async fn unblock(&self, tier: Tier, id: &str) -> Result<(), StoreError> {
+        let active = self.active.load_full();
+        match &*active {
+            Active::Redis(redis) => Store::unblock(redis, tier, id).await,
+            Active::Memory(memory, _) => Store::unblock(memory, tier, id).await,
+        }
+    }
+
     /// From the active store. A Redis failure here is returned, and does not swap to memory:
     /// reading usage is an operator's look, and the next check decides about falling back.
     async fn usage(&self, request: &StoreRequest<'_>) -> Result<Vec<TierUsage>, StoreError> {

@@ -81,6 +81,15 @@ pub enum StoreOutcome {
         /// it would have had room: what enforcing it would have answered.
         shadow_denied: Option<(Tier, Duration)>,
     },
+    /// Refused by an operator's block (see [`Store::block`]), whatever the counts; recorded
+    /// nowhere.
+    #[non_exhaustive]
+    Blocked {
+        /// The first tier, in order, whose key is blocked.
+        tier: Tier,
+        /// How long until the last of the request's blocks ends (the block's remaining time).
+        retry_after: Duration,
+    },
     /// Recorded nowhere.
     #[non_exhaustive]
     Denied {
@@ -158,6 +167,11 @@ impl StoreOutcome {
     /// Denied by `tier`, which has room for the request after `retry_after`.
     pub fn denied(tier: Tier, retry_after: Duration) -> Self {
         Self::Denied { tier, retry_after }
+    }
+
+    /// Refused by a block on `tier`'s key, which ends after `retry_after`.
+    pub fn blocked(tier: Tier, retry_after: Duration) -> Self {
+        Self::Blocked { tier, retry_after }
     }
 
     /// The outcome the algorithm's `verdict` gives, its tier indices naming `tiers`.
@@ -284,6 +298,30 @@ pub trait Store: Send + Sync + 'static {
     /// Forgets everything recorded for one key (to unblock a user, say).
     fn reset(&self, tier: Tier, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Refuses every request counted under one key (`tier`'s key part `id`, as in a
+    /// [`TierCheck`]) for `duration` from `now` (the limiter's clock; a store with a clock of its
+    /// own, as Redis, may count the duration on that one). A check of a request with a blocked
+    /// key answers [`StoreOutcome::Blocked`] and records nothing. Blocking again replaces the
+    /// block's end. The block ends by itself and then takes no room. Default: an error saying
+    /// that this store does not keep blocks.
+    fn block(
+        &self,
+        tier: Tier,
+        id: &str,
+        now: Duration,
+        duration: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (tier, id, now, duration);
+        std::future::ready(Err(no_blocks()))
+    }
+
+    /// Ends a block at once (nothing happens if there is none). Default: an error saying that
+    /// this store does not keep blocks.
+    fn unblock(&self, tier: Tier, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (tier, id);
+        std::future::ready(Err(no_blocks()))
+    }
+
     /// Which kind of store answers now.
     fn backend(&self) -> Backend;
 
@@ -313,6 +351,10 @@ pub trait Store: Send + Sync + 'static {
     }
 }
 
+fn no_blocks() -> StoreError {
+    StoreError::new("this store does not keep blocks (Store::block is not implemented)")
+}
+
 type Boxed<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The object-safe twin of [`Store`]: the limiter holds every store as a `Box<dyn DynStore>`.
@@ -323,6 +365,14 @@ pub(crate) trait DynStore: Send + Sync + 'static {
     ) -> Boxed<'a, Result<StoreOutcome, StoreError>>;
     fn check_now(&self, request: &StoreRequest<'_>) -> Option<Result<StoreOutcome, StoreError>>;
     fn reset<'a>(&'a self, tier: Tier, id: &'a str) -> Boxed<'a, Result<(), StoreError>>;
+    fn block<'a>(
+        &'a self,
+        tier: Tier,
+        id: &'a str,
+        now: Duration,
+        duration: Duration,
+    ) -> Boxed<'a, Result<(), StoreError>>;
+    fn unblock<'a>(&'a self, tier: Tier, id: &'a str) -> Boxed<'a, Result<(), StoreError>>;
     fn usage<'a>(
         &'a self,
         request: &'a StoreRequest<'a>,
@@ -347,6 +397,18 @@ impl<S: Store> DynStore for S {
     }
     fn reset<'a>(&'a self, tier: Tier, id: &'a str) -> Boxed<'a, Result<(), StoreError>> {
         Box::pin(Store::reset(self, tier, id))
+    }
+    fn block<'a>(
+        &'a self,
+        tier: Tier,
+        id: &'a str,
+        now: Duration,
+        duration: Duration,
+    ) -> Boxed<'a, Result<(), StoreError>> {
+        Box::pin(Store::block(self, tier, id, now, duration))
+    }
+    fn unblock<'a>(&'a self, tier: Tier, id: &'a str) -> Boxed<'a, Result<(), StoreError>> {
+        Box::pin(Store::unblock(self, tier, id))
     }
     fn usage<'a>(
         &'a self,

@@ -16,10 +16,13 @@ use crate::clock::saturating_micros;
 use crate::config::DEFAULT_MAX_TRACKED_KEYS;
 use crate::tier::Tier;
 
+mod blocks;
+mod inspect;
 mod log;
 mod sweep;
 mod usage;
 
+use self::blocks::Blocks;
 use self::log::Log;
 
 type LogMap = DashMap<Box<str>, Log, ahash::RandomState>;
@@ -89,6 +92,8 @@ struct TierLogs {
     /// Before this time (µs) a new key at the cap is denied without another sweep.
     cap_retry_at: AtomicU64,
     sweeping: Mutex<()>,
+    /// Operators' blocks (see [`Store::block`]).
+    blocks: Blocks,
 }
 
 /// A held tier log: a DashMap shard's write guard, the same for a key not in the map yet (with
@@ -145,45 +150,8 @@ impl MemoryStore {
                 next_sweep: AtomicU64::new(0),
                 cap_retry_at: AtomicU64::new(0),
                 sweeping: Mutex::new(()),
+                blocks: Blocks::default(),
             }),
-        }
-    }
-
-    /// How many user and endpoint keys are tracked now.
-    pub fn tracked_keys(&self) -> usize {
-        self.inner.tracked.load(Ordering::Acquire)
-    }
-
-    /// How many entries one key's log holds now (expired ones included until the next check of
-    /// that key trims them). The global tier's id is ignored.
-    pub fn entries(&self, tier: Tier, id: &str) -> usize {
-        self.with_log(tier, id, |log| log.entries.len())
-            .unwrap_or(0)
-    }
-
-    /// The oldest entry of one key's log, as a time since the epoch.
-    pub fn oldest(&self, tier: Tier, id: &str) -> Option<Duration> {
-        self.with_log(tier, id, |log| log.entries.front().copied())
-            .flatten()
-            .map(Duration::from_micros)
-    }
-
-    /// Forgets every key.
-    pub fn clear(&self) {
-        for map in [&self.inner.users, &self.inner.endpoints] {
-            map.retain(|_, _| {
-                self.inner.tracked.fetch_sub(1, Ordering::AcqRel);
-                false
-            });
-        }
-        self.inner.global.lock().entries.clear();
-    }
-
-    fn with_log<R>(&self, tier: Tier, id: &str, f: impl FnOnce(&Log) -> R) -> Option<R> {
-        match tier {
-            Tier::Global => Some(f(&self.inner.global.lock())),
-            Tier::User => self.inner.users.get(id).map(|r| f(r.value())),
-            Tier::Endpoint => self.inner.endpoints.get(id).map(|r| f(r.value())),
         }
     }
 
@@ -203,6 +171,9 @@ impl MemoryStore {
         let inner = &*self.inner;
         if now >= inner.next_sweep.load(Ordering::Relaxed) {
             inner.sweep(now, window);
+        }
+        if let Some((tier, retry_after)) = inner.blocks.find(tiers, now) {
+            return Ok(StoreOutcome::blocked(tier, retry_after));
         }
         let mut may_sweep = true;
         loop {
@@ -393,6 +364,23 @@ impl Store for MemoryStore {
         request: &StoreRequest<'_>,
     ) -> impl Future<Output = Result<Vec<super::TierUsage>, StoreError>> + Send {
         std::future::ready(Ok(self.usage_sync(request)))
+    }
+
+    fn block(
+        &self,
+        tier: Tier,
+        id: &str,
+        now: Duration,
+        duration: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let until = saturating_micros(now).saturating_add(saturating_micros(duration));
+        self.inner.blocks.block(tier, id, until);
+        std::future::ready(Ok(()))
+    }
+
+    fn unblock(&self, tier: Tier, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.inner.blocks.unblock(tier, id);
+        std::future::ready(Ok(()))
     }
 
     fn backend(&self) -> Backend {

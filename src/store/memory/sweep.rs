@@ -35,6 +35,7 @@ impl TierLogs {
             });
         }
         self.tracked.fetch_sub(removed, Ordering::AcqRel);
+        self.blocks.purge(now);
         for map in [&self.users, &self.endpoints] {
             if map.capacity() > 1024 && map.capacity() > 4 * map.len() {
                 map.shrink_to_fit();

@@ -51,8 +51,13 @@ impl AskClients {
 /// A command to send again, after `ASKING`, to the master importing its key's slot.
 #[derive(Clone, Copy, Debug)]
 enum Redirected<'a> {
-    /// The script (`EVALSHA sha 1 key args..`), with its arguments.
-    Script { sha: &'a str, args: &'a [String] },
+    /// The script (`EVALSHA sha n key keys.. args..`): the key's companions in its slot (its
+    /// block key), and the arguments.
+    Script {
+        sha: &'a str,
+        more_keys: &'a [String],
+        args: &'a [String],
+    },
     /// A rollback's `ZREM key member`.
     Zrem { member: &'a str },
 }
@@ -62,17 +67,25 @@ impl Connections {
     pub(super) async fn eval_one(
         &self,
         key: &str,
+        more_keys: &[String],
         args: Vec<String>,
     ) -> Result<Vec<Value>, StoreError> {
+        let mut keys = Vec::with_capacity(1 + more_keys.len());
+        keys.push(key.to_owned());
+        keys.extend(more_keys.iter().cloned());
         let result: Result<Vec<Value>, FredError> = self
             .script
-            .evalsha_with_reload(&self.client, vec![key.to_owned()], args.clone())
+            .evalsha_with_reload(&self.client, keys, args.clone())
             .await;
         let failed = |e| fred_error("rate limit script failed", e);
         match result {
             Err(e) if *e.kind() == ErrorKind::Routing => {
                 let sha = self.script.sha1();
-                let command = Redirected::Script { sha, args: &args };
+                let command = Redirected::Script {
+                    sha,
+                    more_keys,
+                    args: &args,
+                };
                 self.asking(key, command)
                     .await
                     .unwrap_or_else(|| Err(failed(e)))
@@ -159,9 +172,15 @@ async fn send(
     command: Redirected<'_>,
 ) -> Result<Vec<Value>, FredError> {
     match command {
-        Redirected::Script { sha, args } => {
-            let mut full: Vec<String> = Vec::with_capacity(args.len() + 3);
-            full.extend([sha.to_owned(), "1".to_owned(), key.to_owned()]);
+        Redirected::Script {
+            sha,
+            more_keys,
+            args,
+        } => {
+            let mut full: Vec<String> = Vec::with_capacity(args.len() + more_keys.len() + 3);
+            let n = 1 + more_keys.len();
+            full.extend([sha.to_owned(), n.to_string(), key.to_owned()]);
+            full.extend(more_keys.iter().cloned());
             full.extend(args.iter().cloned());
             client.custom(custom("EVALSHA"), full).await
         }

@@ -14,6 +14,7 @@ use super::sharded::Walk;
 use super::RedisStore;
 use crate::clock::saturating_micros;
 use crate::tier::Tier;
+use fred::prelude::KeysInterface;
 
 impl RedisStore {
     /// Decides `req` tier by tier (more than one tier, or a sharded global tier: see
@@ -68,10 +69,22 @@ impl RedisStore {
             }
             let key = self.key(tier.tier, tier.id);
             let (reply, f) = self.one_tier(&key, req, now, tier, &mut first_now).await?;
+            let later = &req.tiers[i + 1..];
+            if let Some((_, ms)) = reply.blocked {
+                self.roll_back(&recorded).await?;
+                let longest = self.blocks_of(later).await.map_or(ms, |(_, l)| l.max(ms));
+                let blocked = StoreOutcome::blocked(tier.tier, Duration::from_millis(longest));
+                return Ok((blocked, Duration::ZERO));
+            }
             found.push(f);
             let base = first_now.unwrap_or(reply.now);
             if !reply.admitted {
                 self.roll_back(&recorded).await?;
+                // As on one node, a block of a later tier answers before a full tier.
+                if let Some((blocked, ms)) = self.blocks_of(later).await {
+                    let blocked = StoreOutcome::blocked(blocked, Duration::from_millis(ms));
+                    return Ok((blocked, Duration::ZERO));
+                }
                 return script::conclude(&checks, &found, false, base, req);
             }
             // A full shadow tier records nothing: there is no member to roll back.
@@ -83,8 +96,9 @@ impl RedisStore {
         script::conclude(&checks, &found, true, now, req)
     }
 
-    /// Runs the script for one tier (`check`) on `key`; its reply, and its facts moved onto
-    /// the first tier's `now` (`base`, set here if this is the first tier).
+    /// Runs the script for one tier (`check`) on `key` (with the key's block key, in its slot);
+    /// its reply, and its facts moved onto the first tier's `now` (`base`, set here if this is
+    /// the first tier). A reply that met a block has no facts: `Found` is then empty.
     pub(super) async fn one_tier(
         &self,
         key: &str,
@@ -94,8 +108,17 @@ impl RedisStore {
         base: &mut Option<u64>,
     ) -> Result<(Reply, Found), StoreError> {
         let args = script::args(req, now, std::slice::from_ref(check));
-        let reply = Reply::parse(&self.inner.eval_one(key, args).await?)?;
+        let block: Vec<String> = self.block_key(check.tier, check.id).into_iter().collect();
+        let reply = Reply::parse(&self.inner.eval_one(key, &block, args).await?)?;
         let at = *base.get_or_insert(reply.now);
+        if reply.blocked.is_some() {
+            let none = Found {
+                count: 0,
+                oldest: None,
+                expiry: None,
+            };
+            return Ok((reply, none));
+        }
         let shift = |t: Option<u64>| t.map(|t| (t + at).saturating_sub(reply.now));
         let [f] = reply.found[..] else {
             return Err(StoreError::new("one tier's script answered for several"));
@@ -106,6 +129,34 @@ impl RedisStore {
             ..f
         };
         Ok((reply, found))
+    }
+
+    /// The first of `tiers` blocked, and the longest time left (ms) of their blocks: one PTTL
+    /// per tier with a block key, on its node, all sent at once. Only asked when a tier has
+    /// already refused the request (so it refines the answer, never changes admit to deny): a
+    /// failed PTTL counts as no block.
+    async fn blocks_of(&self, tiers: &[TierCheck<'_>]) -> Option<(Tier, u64)> {
+        let keys: Vec<(Tier, String)> = tiers
+            .iter()
+            .filter_map(|t| Some((t.tier, self.block_key(t.tier, t.id)?)))
+            .collect();
+        let client = &self.inner.client;
+        let ttls = keys
+            .iter()
+            .map(|(_, key)| client.pttl::<i64, _>(key.as_str()));
+        let ttls = futures_util::future::join_all(ttls).await;
+        let mut found: Option<(Tier, u64)> = None;
+        for ((tier, _), ttl) in keys.iter().zip(ttls) {
+            let Some(ms) = ttl
+                .ok()
+                .and_then(|ms| u64::try_from(ms).ok())
+                .filter(|&ms| ms > 0)
+            else {
+                continue;
+            };
+            found = Some(found.map_or((*tier, ms), |(first, l)| (first, l.max(ms))));
+        }
+        found
     }
 
     /// Removes this request's entries (one member per key) again, all at once.

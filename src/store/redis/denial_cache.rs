@@ -11,7 +11,9 @@
 //! at any moment, and move the real wait later.
 //!
 //! Resets go through Redis pub/sub: the resetting instance publishes the key on
-//! `<prefix>:invalidate` after deleting it, and every instance subscribed drops it. The cache is
+//! `<prefix>:invalidate` after deleting it, and every instance subscribed drops it. A block
+//! publishes `*`, and every instance drops every key: a block of a route refuses requests whose
+//! first tier is a user, so no remembered denial can be trusted to name the block. The cache is
 //! only used while the subscription is up; if the subscription fails, lags or errors, the
 //! cache is cleared and switched off for the store's life (every check then asks Redis).
 
@@ -115,6 +117,11 @@ impl DenialCache {
     /// Forgets one key (it was reset here or on another instance).
     pub(crate) fn forget(&self, key: &str) {
         self.entries.remove(key);
+    }
+
+    /// Forgets every key (a block was set: it may refuse any key, first tier or not).
+    pub(crate) fn forget_all(&self) {
+        self.entries.clear();
     }
 
     /// The invalidation subscription is up: answer from the cache from now on.

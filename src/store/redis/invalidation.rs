@@ -13,6 +13,10 @@ fn channel(prefix: &str) -> String {
     format!("{prefix}:invalidate")
 }
 
+/// The message that makes every store forget every cached denial (no key is `*`: keys start
+/// with the prefix and a `:`).
+pub(super) const EVERY_KEY: &str = "*";
+
 /// Tells every store on `prefix` to forget its cached denials of `key`.
 pub(super) async fn publish(client: &Client, prefix: &str, key: String) -> Result<(), FredError> {
     let _receivers: i64 = client.publish(channel(prefix), key).await?;
@@ -44,6 +48,7 @@ impl Connections {
                 tokio::select! {
                     message = messages.recv() => match message {
                         Ok(message) => match message.value.as_str() {
+                            Some(key) if key == EVERY_KEY => denials.forget_all(),
                             Some(key) => denials.forget(&key),
                             None => denials.disable(),
                         },

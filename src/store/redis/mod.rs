@@ -5,6 +5,7 @@
 //! - `script.rs` + `script.lua`: the script, its arguments, its reply (one `script::Reply`);
 //! - `cluster.rs`: Redis Cluster, one script per tier with reserve-and-rollback;
 //! - `ask.rs`: the workaround for fred not following ASK redirections;
+//! - `blocks.rs`: operators' blocks, keys beside the tiers' that the script reads;
 //! - `invalidation.rs`: the pub/sub channel on which resets reach every instance;
 //! - `denial_cache.rs`: denials answered locally; `tls.rs`: TLS (feature `tls`).
 
@@ -30,6 +31,7 @@ use crate::connect_error::ConnectError;
 use crate::tier::Tier;
 
 mod ask;
+mod blocks;
 mod cluster;
 mod connection;
 
@@ -212,7 +214,12 @@ impl RedisStore {
         if inner.clustered && (req.tiers.len() > 1 || inner.global.is_some()) {
             return self.check_per_tier(req, &now).await;
         }
-        let keys: Vec<String> = req.tiers.iter().map(|t| self.key(t.tier, t.id)).collect();
+        let mut keys: Vec<String> = req.tiers.iter().map(|t| self.key(t.tier, t.id)).collect();
+        keys.extend(
+            req.tiers
+                .iter()
+                .filter_map(|t| self.block_key(t.tier, t.id)),
+        );
         let args = script::args(req, &now, req.tiers);
         let reply: Vec<Value> = inner
             .script
@@ -220,6 +227,9 @@ impl RedisStore {
             .await
             .map_err(|e| fred_error("rate limit script failed", e))?;
         let reply = Reply::parse(&reply)?;
+        if let Some(blocked) = script::blocked(&reply, req.tiers)? {
+            return Ok((blocked, Duration::ZERO));
+        }
         script::conclude(req.tiers, &reply.found, reply.admitted, reply.now, req)
     }
 }
@@ -287,6 +297,22 @@ impl Store for RedisStore {
         request: &StoreRequest<'_>,
     ) -> impl Future<Output = Result<Vec<super::TierUsage>, StoreError>> + Send {
         self.usage_timed(request)
+    }
+
+    /// `SET` of the block key with `PX` (Redis counts the duration on its own clock), then the
+    /// invalidation, so that no instance answers the key from its denial cache any more.
+    fn block(
+        &self,
+        tier: Tier,
+        id: &str,
+        _now: Duration,
+        duration: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.set_block(tier, id, duration)
+    }
+
+    fn unblock(&self, tier: Tier, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.del_block(tier, id)
     }
 
     fn backend(&self) -> Backend {

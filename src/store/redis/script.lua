@@ -1,6 +1,7 @@
 -- tiered-ratelimit: decide one request for all its tiers, atomically, in one round trip.
 --
--- KEYS[i]     the tiers' sorted sets, most specific first (user, endpoint, global)
+-- KEYS[i]     the tiers' sorted sets, most specific first (user, endpoint, global), i = 1..n
+-- KEYS[n+j]   optional: the block key of tier j (an operator's block: a string with an expiry)
 -- ARGV[1]     now, in microseconds since the epoch; empty: read Redis TIME
 -- ARGV[2]     the window, in microseconds
 -- ARGV[3]     the cost (units this request spends)
@@ -21,6 +22,10 @@
 -- The oldest member tells a key's form (a ':' at position 17). A key takes the totals form
 -- when a request of cost > 1 is recorded in it: its plain members are rewritten once, in
 -- rank order, as totals of one unit each; it keeps that form until it is empty again.
+--
+-- n is the number of limits in ARGV. When a block key of the request exists, the script
+-- records nothing and answers {2, now, '', j, ms}: j is the first blocked tier, ms the longest
+-- time left (PTTL) of the request's blocks.
 --
 -- The script does only what must be atomic: trim, count, admit if every enforced tier has
 -- room, record. It returns the facts, and src/algorithm.rs (the one copy of the decision)
@@ -67,6 +72,20 @@ local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
 local cutoff = format('(%d', now - window)
 local REBASE_AT = 4503599627370496 -- 2^52
+local n = #ARGV - 3
+
+-- Blocks: one EXISTS over the request's block keys when it has any; PTTL only when one is set.
+if #KEYS > n and call('EXISTS', unpack(KEYS, n + 1)) > 0 then
+  local first, longest = 0, 0
+  for i = n + 1, #KEYS do
+    local ms = call('PTTL', KEYS[i])
+    if ms > 0 then
+      if first == 0 then first = i - n end
+      if ms > longest then longest = ms end
+    end
+  end
+  if first > 0 then return {2, now, '', first, longest} end
+end
 
 -- The paths few checks take (denials, clocks that disagree, costs, rebases), made on first
 -- need: every function defined at the top level would be a new closure at every run.
@@ -177,7 +196,8 @@ local reply = {1, now, ''}
 -- ({} for a key to be made a totals key, {plain = true} for a plain key to become one).
 local how = {}
 
-for i, key in ipairs(KEYS) do
+for i = 1, n do
+  local key = KEYS[i]
   local limit = tonumber(ARGV[3 + i])
   local shadow = limit < 0
   if shadow then limit = -limit end
@@ -248,7 +268,8 @@ for i, key in ipairs(KEYS) do
 end
 
 local ttl = format('%d', math.ceil(window / 1000) + 1)
-for i, key in ipairs(KEYS) do
+for i = 1, n do
+  local key = KEYS[i]
   local kind = how[i]
   if kind then
     local member

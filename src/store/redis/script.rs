@@ -67,13 +67,17 @@ pub(super) struct Reply {
     /// What was recorded in the first tier that recorded the request: a cluster's rollback
     /// removes it by this member.
     pub(super) member: Option<String>,
-    /// Per tier checked, in order.
+    /// Per tier checked, in order (none when blocked).
     pub(super) found: Vec<Found>,
+    /// Refused by a block: the first blocked tier (its index in the request's tiers) and the
+    /// longest time left of the request's blocks (ms). Nothing was recorded.
+    pub(super) blocked: Option<(usize, u64)>,
 }
 
 impl Reply {
     /// Reads the script's reply (see `script.lua`):
-    /// `{admitted, now, member, count_1, oldest_1, expiry_1, ...}`, -1 for none.
+    /// `{admitted, now, member, count_1, oldest_1, expiry_1, ...}`, -1 for none; or
+    /// `{2, now, '', tier, ms}` for a request refused by a block.
     pub(super) fn parse(reply: &[Value]) -> Result<Self, StoreError> {
         let bad = || {
             StoreError::new(format!(
@@ -86,6 +90,24 @@ impl Reply {
             return Err(bad());
         };
         let facts = &reply[3..];
+        if admitted.as_i64() == Some(2) {
+            let (Some(tier), Some(ms), 2) = (facts.first(), facts.get(1), facts.len()) else {
+                return Err(bad());
+            };
+            let index = usize::try_from(int(tier)?)
+                .ok()
+                .and_then(|j| j.checked_sub(1));
+            let (Some(index), Ok(ms)) = (index, u64::try_from(int(ms)?)) else {
+                return Err(bad());
+            };
+            return Ok(Self {
+                admitted: false,
+                now: u64::try_from(int(now)?).map_err(|_| bad())?,
+                member: None,
+                found: Vec::new(),
+                blocked: Some((index, ms)),
+            });
+        }
         if facts.is_empty() || !facts.len().is_multiple_of(3) {
             return Err(bad());
         }
@@ -109,8 +131,27 @@ impl Reply {
             now: u64::try_from(int(now)?).map_err(|_| bad())?,
             member: member.as_string().filter(|m| !m.is_empty()),
             found,
+            blocked: None,
         })
     }
+}
+
+/// The outcome of a reply that met a block (`tiers`: the request's tiers the reply speaks of);
+/// `None` for any other reply.
+pub(super) fn blocked(
+    reply: &Reply,
+    tiers: &[TierCheck<'_>],
+) -> Result<Option<StoreOutcome>, StoreError> {
+    let Some((index, ms)) = reply.blocked else {
+        return Ok(None);
+    };
+    let tier = tiers
+        .get(index)
+        .ok_or_else(|| StoreError::new("the rate limit script named a block of no tier"))?;
+    Ok(Some(StoreOutcome::blocked(
+        tier.tier,
+        Duration::from_millis(ms),
+    )))
 }
 
 /// The decision on `found` (the facts of `tiers`, in order, all at `now` µs), through the one
@@ -251,6 +292,23 @@ mod tests {
         wrong.extend(ints(&[4, 40, -1]));
         let parsed = Reply::parse(&wrong).unwrap();
         assert!(conclude(&tiers, &parsed.found, parsed.admitted, parsed.now, &req).is_err());
+    }
+
+    #[test]
+    fn a_block_is_read_as_its_tier_and_time_left() {
+        let mut reply = ints(&[2, 500]);
+        reply.push(Value::from(""));
+        reply.extend(ints(&[2, 30_000]));
+        let parsed = Reply::parse(&reply).unwrap();
+        assert_eq!(parsed.blocked, Some((1, 30_000)));
+        assert!(!parsed.admitted && parsed.found.is_empty());
+        for bad in [
+            &[2, 500, 0, 0, 5][..],
+            &[2, 500, 0, 1][..],
+            &[2, 500, 0, 1, -3][..],
+        ] {
+            assert!(Reply::parse(&ints(bad)).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -1,0 +1,96 @@
+//! Blocks that hold on every instance: [`RateLimiter::block`] and [`RateLimiter::unblock`].
+
+use std::time::Duration;
+
+use super::RateLimiter;
+use crate::block::BlockTarget;
+use crate::store::StoreError;
+
+/// Why a block (or an unblock) did not land.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BlockError {
+    /// The configuration never counts the target's tier (its limit is 0 everywhere), so no
+    /// check would meet the block.
+    #[error("the {0} tier is switched off (limit 0) everywhere: a block there would stop nothing")]
+    TierOff(crate::Tier),
+    /// A block of no time.
+    #[error("a block must last longer than zero")]
+    ZeroDuration,
+    /// The store failed (Redis unreachable, a timeout) or keeps no blocks (a custom store).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl RateLimiter {
+    /// Refuses every request of `target` (a user, a client address, a route) for `duration`,
+    /// on every instance sharing the store, whatever the counts: a check answers a denial
+    /// whose [`Decision::by_block`](crate::Decision::by_block) is true and whose
+    /// `retry_after` is the block's time left, and records nothing. The 429 says it is a block.
+    ///
+    /// Blocking again replaces the end (longer or shorter). The block ends by itself and then
+    /// takes no room (Redis: a key with an expiry; memory: dropped by the next check or sweep
+    /// that meets it). It holds on the tier it names in every bucket the configuration counts
+    /// that tier in (a user's per-route buckets included), in shadow mode too. On Redis, every
+    /// instance's local denial cache forgets the key, so the next check anywhere meets the
+    /// block; the duration is counted on Redis's clock.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tiered_ratelimit::{BlockTarget, RateLimitConfig, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = RateLimiter::new(RateLimitConfig::builder().user_limit(100).build()?);
+    /// limiter.block(BlockTarget::User("mallory"), Duration::from_secs(3600)).await?;
+    /// let denied = limiter.check("mallory", "/items").await;
+    /// assert!(!denied.allowed() && denied.by_block());
+    /// assert_eq!(denied.retry_after_secs(), 3600);
+    /// limiter.unblock(BlockTarget::User("mallory")).await?;
+    /// assert!(limiter.check("mallory", "/items").await.allowed());
+    /// # Ok(()) }
+    /// ```
+    pub async fn block(
+        &self,
+        target: BlockTarget<'_>,
+        duration: Duration,
+    ) -> Result<(), BlockError> {
+        if duration.is_zero() {
+            return Err(BlockError::ZeroDuration);
+        }
+        let parts = self.block_parts(target)?;
+        let now = self.inner.clock.now();
+        let tier = target.tier();
+        for part in &parts {
+            self.inner.store.block(tier, part, now, duration).await?;
+        }
+        self.inner.watch_backend();
+        crate::observe::block_changed("block");
+        tracing::info!(?target, ?duration, "rate limit block set");
+        Ok(())
+    }
+
+    /// Ends `target`'s block at once, on every instance sharing the store (nothing happens if
+    /// there is none).
+    pub async fn unblock(&self, target: BlockTarget<'_>) -> Result<(), BlockError> {
+        let parts = self.block_parts(target)?;
+        let tier = target.tier();
+        for part in &parts {
+            self.inner.store.unblock(tier, part).await?;
+        }
+        self.inner.watch_backend();
+        crate::observe::block_changed("unblock");
+        tracing::info!(?target, "rate limit block lifted");
+        Ok(())
+    }
+
+    /// The key parts `target` is counted under in the running configuration.
+    fn block_parts(&self, target: BlockTarget<'_>) -> Result<Vec<String>, BlockError> {
+        let config = self.config();
+        let parts = target.key_parts(&config);
+        if parts.is_empty() {
+            return Err(BlockError::TierOff(target.tier()));
+        }
+        Ok(parts)
+    }
+}

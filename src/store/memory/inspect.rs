@@ -1,0 +1,54 @@
+//! Looking into a [`MemoryStore`] without deciding anything: what tests and operators read.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::log::Log;
+use super::MemoryStore;
+use crate::tier::Tier;
+
+impl MemoryStore {
+    /// How many user and endpoint keys are tracked now.
+    pub fn tracked_keys(&self) -> usize {
+        self.inner.tracked.load(Ordering::Acquire)
+    }
+
+    /// How many entries one key's log holds now (expired ones included until the next check of
+    /// that key trims them). The global tier's id is ignored.
+    pub fn entries(&self, tier: Tier, id: &str) -> usize {
+        self.with_log(tier, id, |log| log.entries.len())
+            .unwrap_or(0)
+    }
+
+    /// The oldest entry of one key's log, as a time since the epoch.
+    pub fn oldest(&self, tier: Tier, id: &str) -> Option<Duration> {
+        self.with_log(tier, id, |log| log.entries.front().copied())
+            .flatten()
+            .map(Duration::from_micros)
+    }
+
+    /// Forgets every key.
+    pub fn clear(&self) {
+        for map in [&self.inner.users, &self.inner.endpoints] {
+            map.retain(|_, _| {
+                self.inner.tracked.fetch_sub(1, Ordering::AcqRel);
+                false
+            });
+        }
+        self.inner.global.lock().entries.clear();
+    }
+
+    pub(super) fn with_log<R>(&self, tier: Tier, id: &str, f: impl FnOnce(&Log) -> R) -> Option<R> {
+        match tier {
+            Tier::Global => Some(f(&self.inner.global.lock())),
+            Tier::User => self.inner.users.get(id).map(|r| f(r.value())),
+            Tier::Endpoint => self.inner.endpoints.get(id).map(|r| f(r.value())),
+        }
+    }
+
+    /// How many blocks the store keeps now (an ended block is dropped by the first check or
+    /// sweep that meets it).
+    pub fn blocked_keys(&self) -> usize {
+        self.inner.blocks.len()
+    }
+}
