@@ -150,6 +150,8 @@
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
+#[cfg(feature = "admin")]
+pub mod admin;
 mod algorithm;
 mod block;
 mod client_ip;

@@ -51,41 +51,45 @@ impl AskClients {
 /// A command to send again, after `ASKING`, to the master importing its key's slot.
 #[derive(Clone, Copy, Debug)]
 enum Redirected<'a> {
-    /// The script (`EVALSHA sha n key keys.. args..`): the key's companions in its slot (its
-    /// block key), and the arguments.
-    Script {
-        sha: &'a str,
-        more_keys: &'a [String],
-        args: &'a [String],
-    },
+    /// The script (`EVALSHA sha 1 key args..`), with its arguments.
+    Script { sha: &'a str, args: &'a [String] },
     /// A rollback's `ZREM key member`.
     Zrem { member: &'a str },
 }
 
 impl Connections {
-    /// The script on one key of a cluster, following an ASK.
+    /// The script on one key of a cluster (with `block`, the key's block key, in its slot),
+    /// following an ASK.
+    ///
+    /// While the slot migrates, the script runs on the key alone, without its block key: a
+    /// multi-key command there fails with `TRYAGAIN` (or, after `ASKING`, when a key is
+    /// missing on the importing master, as a block key usually is). So during a migration of
+    /// its slot a block is not seen; the counts stay exact.
     pub(super) async fn eval_one(
         &self,
         key: &str,
-        more_keys: &[String],
+        block: Option<String>,
         args: Vec<String>,
     ) -> Result<Vec<Value>, StoreError> {
-        let mut keys = Vec::with_capacity(1 + more_keys.len());
+        let with_block = block.is_some();
+        let mut keys = Vec::with_capacity(2);
         keys.push(key.to_owned());
-        keys.extend(more_keys.iter().cloned());
-        let result: Result<Vec<Value>, FredError> = self
+        keys.extend(block);
+        let mut result: Result<Vec<Value>, FredError> = self
             .script
             .evalsha_with_reload(&self.client, keys, args.clone())
             .await;
+        if with_block && matches!(&result, Err(e) if e.details().starts_with("TRYAGAIN")) {
+            result = self
+                .script
+                .evalsha_with_reload(&self.client, vec![key.to_owned()], args.clone())
+                .await;
+        }
         let failed = |e| fred_error("rate limit script failed", e);
         match result {
             Err(e) if *e.kind() == ErrorKind::Routing => {
                 let sha = self.script.sha1();
-                let command = Redirected::Script {
-                    sha,
-                    more_keys,
-                    args: &args,
-                };
+                let command = Redirected::Script { sha, args: &args };
                 self.asking(key, command)
                     .await
                     .unwrap_or_else(|| Err(failed(e)))
@@ -172,15 +176,9 @@ async fn send(
     command: Redirected<'_>,
 ) -> Result<Vec<Value>, FredError> {
     match command {
-        Redirected::Script {
-            sha,
-            more_keys,
-            args,
-        } => {
-            let mut full: Vec<String> = Vec::with_capacity(args.len() + more_keys.len() + 3);
-            let n = 1 + more_keys.len();
-            full.extend([sha.to_owned(), n.to_string(), key.to_owned()]);
-            full.extend(more_keys.iter().cloned());
+        Redirected::Script { sha, args } => {
+            let mut full: Vec<String> = Vec::with_capacity(args.len() + 3);
+            full.extend([sha.to_owned(), "1".to_owned(), key.to_owned()]);
             full.extend(args.iter().cloned());
             client.custom(custom("EVALSHA"), full).await
         }

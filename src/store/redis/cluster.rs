@@ -108,8 +108,8 @@ impl RedisStore {
         base: &mut Option<u64>,
     ) -> Result<(Reply, Found), StoreError> {
         let args = script::args(req, now, std::slice::from_ref(check));
-        let block: Vec<String> = self.block_key(check.tier, check.id).into_iter().collect();
-        let reply = Reply::parse(&self.inner.eval_one(key, &block, args).await?)?;
+        let block = self.block_key(check.tier, check.id);
+        let reply = Reply::parse(&self.inner.eval_one(key, block, args).await?)?;
         let at = *base.get_or_insert(reply.now);
         if reply.blocked.is_some() {
             let none = Found {
