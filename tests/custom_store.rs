@@ -103,3 +103,28 @@ async fn a_custom_store_with_a_fast_path_is_never_awaited() {
     assert_eq!(store.awaited.load(Ordering::Relaxed), 0);
     assert_eq!(store.memory.entries(Tier::User, "bob"), 2);
 }
+
+/// A custom store written before blocks keeps compiling, and a block on it says why it did not
+/// land (the trait's default), instead of pretending.
+#[tokio::test]
+async fn a_custom_store_without_blocks_says_so() {
+    let limiter = RateLimiter::builder(config())
+        .clock(ManualClock::new())
+        .store(Wrapped::default())
+        .build();
+    let target = tiered_ratelimit::BlockTarget::User("mallory");
+    let err = limiter
+        .block(target, Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, tiered_ratelimit::BlockError::Store(_)),
+        "{err}"
+    );
+    assert!(err.to_string().contains("does not keep blocks"), "{err}");
+    assert!(limiter.unblock(target).await.is_err());
+    assert!(
+        limiter.check("mallory", "/").await.allowed(),
+        "nothing was blocked"
+    );
+}

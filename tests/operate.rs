@@ -1,12 +1,15 @@
 //! Operating a limiter live (issue 13): waiting instead of failing (`acquire`), usage without
-//! recording (`usage`), live reconfiguration (`reconfigure`), blocks (`block`). Each body is
-//! written once and runs on memory, on a Redis server of its own and on the binary's shared
-//! Redis Cluster.
+//! recording (`usage`), live reconfiguration (`reconfigure`), blocks (`block`), the admin
+//! routes (`admin`). Each body is written once and runs on memory, on a Redis server of its
+//! own and on the binary's shared Redis Cluster.
 
 mod common;
 
 #[path = "operate/acquire.rs"]
 mod acquire;
+#[cfg(feature = "admin")]
+#[path = "operate/admin.rs"]
+mod admin;
 #[path = "operate/block.rs"]
 mod block;
 #[path = "operate/reconfigure.rs"]

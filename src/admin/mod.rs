@@ -87,18 +87,16 @@ struct Target {
 }
 
 impl Target {
-    fn parse(body: &Bytes) -> Result<Self, Response> {
-        serde_json::from_slice(body).map_err(|e| bad_request(format!("the JSON body: {e}")))
+    fn parse(body: &Bytes) -> Result<Self, String> {
+        serde_json::from_slice(body).map_err(|e| format!("the JSON body: {e}"))
     }
 
-    fn block_target(&self) -> Result<BlockTarget<'_>, Response> {
+    fn block_target(&self) -> Result<BlockTarget<'_>, String> {
         match (&self.user, self.ip, &self.endpoint) {
             (Some(user), None, None) => Ok(BlockTarget::User(user)),
             (None, Some(ip), None) => Ok(BlockTarget::Ip(ip)),
             (None, None, Some(route)) => Ok(BlockTarget::Endpoint(route)),
-            _ => Err(bad_request(
-                "name exactly one of `user`, `ip` and `endpoint`".into(),
-            )),
+            _ => Err("name exactly one of `user`, `ip` and `endpoint`".into()),
         }
     }
 }
@@ -135,7 +133,7 @@ async fn usage(
 async fn reset(State(limiter): State<RateLimiter>, body: Bytes) -> Response {
     let target = match Target::parse(&body) {
         Ok(t) => t,
-        Err(response) => return response,
+        Err(detail) => return bad_request(detail),
     };
     match (&target.user, target.ip, &target.endpoint, target.seconds) {
         (Some(user), None, None, None) => limiter.reset_user(user).await,
@@ -148,7 +146,7 @@ async fn reset(State(limiter): State<RateLimiter>, body: Bytes) -> Response {
 async fn block(State(limiter): State<RateLimiter>, body: Bytes) -> Response {
     let target = match Target::parse(&body) {
         Ok(t) => t,
-        Err(response) => return response,
+        Err(detail) => return bad_request(detail),
     };
     let Some(seconds) = target.seconds else {
         return bad_request("`seconds`: how long the block lasts, is missing".into());
@@ -159,7 +157,7 @@ async fn block(State(limiter): State<RateLimiter>, body: Bytes) -> Response {
     }
     let block = match target.block_target() {
         Ok(b) => b,
-        Err(response) => return response,
+        Err(detail) => return bad_request(detail),
     };
     match limiter.block(block, Duration::from_secs(seconds)).await {
         Ok(()) => json(
@@ -173,14 +171,14 @@ async fn block(State(limiter): State<RateLimiter>, body: Bytes) -> Response {
 async fn unblock(State(limiter): State<RateLimiter>, body: Bytes) -> Response {
     let target = match Target::parse(&body) {
         Ok(t) => t,
-        Err(response) => return response,
+        Err(detail) => return bad_request(detail),
     };
     if target.seconds.is_some() {
         return bad_request("`seconds` has no meaning for an unblock".into());
     }
     let block = match target.block_target() {
         Ok(b) => b,
-        Err(response) => return response,
+        Err(detail) => return bad_request(detail),
     };
     match limiter.unblock(block).await {
         Ok(()) => json(StatusCode::OK, &serde_json::json!({ "unblocked": target })),

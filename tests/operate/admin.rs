@@ -1,0 +1,282 @@
+//! The admin routes (issue 13, item 5) over real HTTP: usage of anyone, reset, block and
+//! unblock as JSON; problem+json errors naming the field; a bearer token compared in constant
+//! time, refusing a missing, wrong, or length-only-different token.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::Router;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use tiered_ratelimit::{admin, ManualClock, RateLimitLayer, RateLimiter};
+
+use crate::common::{limits, RedisServer, TestBackend};
+use crate::config;
+
+const TOKEN: &str = "correct-horse-battery-staple";
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// The app: `/items` limited, the admin routes under `/admin` behind the token, not limited.
+async fn serve(limiter: RateLimiter) -> String {
+    let layer = RateLimitLayer::from_limiter(limiter.clone()).user_id_header("x-user-id");
+    let app = Router::new()
+        .route("/items", get(|| async { "items" }))
+        .route_layer(layer)
+        .nest(
+            "/admin",
+            admin::require_bearer(admin::router(limiter), TOKEN),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+struct Admin {
+    url: String,
+    client: reqwest::Client,
+}
+
+impl Admin {
+    async fn post(&self, path: &str, body: &str) -> (StatusCode, String, Value) {
+        let resp = self
+            .client
+            .post(format!("{}/admin{path}", self.url))
+            .bearer_auth(TOKEN)
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+            .send()
+            .await
+            .unwrap();
+        reply(resp).await
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, String, Value) {
+        let resp = self
+            .client
+            .get(format!("{}/admin{path}", self.url))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        reply(resp).await
+    }
+
+    async fn items(&self, user: &str) -> reqwest::Response {
+        self.client
+            .get(format!("{}/items", self.url))
+            .header("x-user-id", user)
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+/// Status, content type and JSON body.
+async fn reply(resp: reqwest::Response) -> (StatusCode, String, Value) {
+    let status = resp.status();
+    let kind = resp.headers()["content-type"].to_str().unwrap().to_owned();
+    let body = resp.text().await.unwrap();
+    let json = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    (status, kind, json)
+}
+
+async fn admin_on(b: &TestBackend, user_limit: u64) -> Admin {
+    let clock = ManualClock::at(Duration::from_secs(1_000_000));
+    let limiter = RateLimiter::builder(config(b, limits(user_limit, 100, 0, MINUTE)))
+        .clock(clock)
+        .build();
+    limiter.wait_connected().await;
+    Admin {
+        url: serve(limiter).await,
+        client: reqwest::Client::new(),
+    }
+}
+
+pub async fn usage_reset_block_and_unblock_over_http(b: TestBackend) {
+    let admin = admin_on(&b, 3).await;
+    assert_eq!(admin.items("alice").await.status(), 200);
+    assert_eq!(admin.items("alice").await.status(), 200);
+    let (status, _, usage) = admin.get("/usage?user=alice&endpoint=/items").await;
+    assert_eq!(status, 200, "{usage}");
+    assert_eq!(usage["tiers"][0]["tier"], "user");
+    assert_eq!(usage["tiers"][0]["used"], 2, "{usage}");
+    assert_eq!(usage["tiers"][0]["remaining"], 1, "{usage}");
+
+    let (status, _, out) = admin.post("/reset", r#"{"user":"alice"}"#).await;
+    assert_eq!(
+        (status, &out),
+        (StatusCode::OK, &json!({"reset": {"user": "alice"}}))
+    );
+    let (_, _, usage) = admin.get("/usage?user=alice&endpoint=/items").await;
+    assert_eq!(usage["tiers"][0]["used"], 0, "{usage}");
+
+    let block = r#"{"user":"mallory","seconds":120}"#;
+    let (status, _, out) = admin.post("/block", block).await;
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out, json!({"blocked": {"user": "mallory"}, "seconds": 120}));
+    let refused = admin.items("mallory").await;
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers()["retry-after"], "120");
+    let (status, _, out) = admin.post("/unblock", r#"{"user":"mallory"}"#).await;
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(admin.items("mallory").await.status(), 200);
+
+    let (status, _, _) = admin
+        .post("/block", r#"{"ip":"192.0.2.9","seconds":5}"#)
+        .await;
+    assert_eq!(status, 200);
+    let (status, _, _) = admin
+        .post("/block", r#"{"endpoint":"/items","seconds":5}"#)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(admin.items("anyone").await.status(), 429);
+    // The admin routes are not limited: far past every limit, they still answer.
+    for _ in 0..20 {
+        let (status, _, _) = admin.get("/usage?user=bob").await;
+        assert_eq!(status, 200);
+    }
+}
+
+crate::on_every_backend!(admin: usage_reset_block_and_unblock_over_http);
+
+#[tokio::test]
+async fn every_bad_request_is_a_problem_naming_the_field() {
+    let admin = admin_on(&TestBackend::memory(), 0).await;
+    let cases: &[(&str, &str, u16, &str)] = &[
+        ("/block", "{not json", 400, "JSON body"),
+        (
+            "/block",
+            r#"{"user":"a","endpoint":"/b","seconds":1}"#,
+            400,
+            "exactly one",
+        ),
+        ("/block", r#"{"seconds":1}"#, 400, "exactly one"),
+        (
+            "/block",
+            r#"{"user":"a","minutes":1}"#,
+            400,
+            "unknown field `minutes`",
+        ),
+        ("/block", r#"{"endpoint":"/items"}"#, 400, "`seconds`"),
+        (
+            "/block",
+            r#"{"endpoint":"/items","seconds":-1}"#,
+            400,
+            "JSON body",
+        ),
+        (
+            "/block",
+            r#"{"endpoint":"/items","seconds":0}"#,
+            422,
+            "longer than zero",
+        ),
+        (
+            "/block",
+            r#"{"endpoint":"/items","seconds":99999999}"#,
+            422,
+            "`seconds`",
+        ),
+        (
+            "/block",
+            r#"{"ip":"not-an-ip","seconds":5}"#,
+            400,
+            "JSON body",
+        ),
+        // The user limit is 0: a user block would stop nothing.
+        ("/block", r#"{"user":"a","seconds":5}"#, 422, "switched off"),
+        ("/unblock", r#"{"user":"a","seconds":5}"#, 400, "`seconds`"),
+        (
+            "/reset",
+            r#"{"ip":"192.0.2.1"}"#,
+            400,
+            "exactly one of `user` and `endpoint`",
+        ),
+    ];
+    for &(path, body, status, detail) in cases {
+        let (got, kind, problem) = admin.post(path, body).await;
+        assert_eq!(got.as_u16(), status, "{path} {body}: {problem}");
+        assert_eq!(kind, "application/problem+json", "{path} {body}");
+        assert_eq!(problem["status"], status);
+        let text = problem["detail"].as_str().unwrap();
+        assert!(text.contains(detail), "{path} {body}: {text}");
+    }
+    let (got, kind, problem) = admin.get("/usage?user=a&ip=192.0.2.1").await;
+    assert_eq!(
+        (got.as_u16(), kind.as_str()),
+        (400, "application/problem+json")
+    );
+    assert!(problem["detail"].as_str().unwrap().contains("not both"));
+    let (got, _, problem) = admin.get("/usage?ip=nope").await;
+    assert_eq!(got.as_u16(), 400, "{problem}");
+}
+
+#[tokio::test]
+async fn without_the_right_token_every_admin_route_is_refused() {
+    let admin = admin_on(&TestBackend::memory(), 5).await;
+    let longer = format!("{TOKEN}x");
+    let wrong_case = TOKEN.to_uppercase();
+    let refused: Vec<Option<String>> = vec![
+        None,
+        Some(String::new()),
+        Some("Bearer".into()),
+        Some("Bearer ".into()),
+        Some(format!("Basic {TOKEN}")),
+        Some(format!("Bearer {}", &TOKEN[..TOKEN.len() - 1])), // shorter by one
+        Some(format!("Bearer {longer}")),                      // longer by one
+        Some(format!("Bearer {wrong_case}")),
+        Some(format!("Bearer  {TOKEN}")),
+    ];
+    for (path, post) in [("/usage?user=a", false), ("/block", true), ("/reset", true)] {
+        for auth in &refused {
+            let url = format!("{}/admin{path}", admin.url);
+            let mut req = if post {
+                admin.client.post(url).body(r#"{"user":"a","seconds":5}"#)
+            } else {
+                admin.client.get(url)
+            };
+            if let Some(auth) = auth {
+                req = req.header("authorization", auth);
+            }
+            let resp = req.send().await.unwrap();
+            assert_eq!(resp.status(), 401, "{path} with {auth:?}");
+            assert_eq!(resp.headers()["www-authenticate"], "Bearer");
+            let body = resp.text().await.unwrap();
+            assert!(body.contains("\"status\":401"), "{body}");
+        }
+    }
+    assert_eq!(admin.items("a").await.status(), 200, "nothing was blocked");
+    let ok = admin
+        .client
+        .get(format!("{}/admin/usage?user=a", admin.url))
+        .header("authorization", format!("bearer {TOKEN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200, "the scheme is case-insensitive");
+}
+
+/// A store that fails: the block did not land, and the answer says so (503), not 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_that_redis_could_not_take_is_a_503() {
+    let mut server = RedisServer::start();
+    let limiter = RateLimiter::builder(
+        limits(5, 0, 0, MINUTE)
+            .redis_url(server.url())
+            .redis_command_timeout(Duration::from_millis(300))
+            .build()
+            .unwrap(),
+    )
+    .build();
+    limiter.wait_connected().await;
+    let admin = Admin {
+        url: serve(limiter).await,
+        client: reqwest::Client::new(),
+    };
+    server.kill();
+    let (status, kind, problem) = admin.post("/block", r#"{"user":"x","seconds":5}"#).await;
+    assert_eq!(status, 503, "{problem}");
+    assert_eq!(kind, "application/problem+json");
+    assert!(problem["detail"].as_str().unwrap().contains("store failed"));
+}
