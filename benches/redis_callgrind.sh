@@ -6,6 +6,8 @@
 #   benches/redis_callgrind.sh old.lua src/store/redis/script.lua
 #   COST=5 benches/redis_callgrind.sh                   # requests of cost 5
 #   TOP=25 benches/redis_callgrind.sh                   # and where the instructions go
+#   BLOCKS=1 benches/redis_callgrind.sh src/store/redis/script.lua  # with the two block keys
+#                                                       # a check sends (no block set)
 #
 # For each script: a redis-server of its own under callgrind on a free loopback port, the
 # script loaded, CALLS/2 EVALSHA calls to fill the window (untimed), the counters zeroed, CALLS
@@ -23,6 +25,7 @@ cd "$ROOT"
 CALLS=${CALLS:-2000}
 COST=${COST:-1}
 TOP=${TOP:-0}
+BLOCKS=${BLOCKS:-0}
 if [ "$#" -eq 0 ]; then set -- benches/lean.lua src/store/redis/script.lua; fi
 for tool in valgrind callgrind_annotate callgrind_control redis-server redis-cli redis-benchmark; do
     command -v "$tool" >/dev/null 2>&1 || {
@@ -88,8 +91,11 @@ for script in "$@"; do
         sleep 0.1
     done
     sha=$(redis-cli -p "$port" -x SCRIPT LOAD <"$script")
-    args=(3 rate_limit:user:__rand_int__ rate_limit:endpoint:/bench rate_limit:global ""
-        1000000 "$COST" 1099511627776 1099511627776 1099511627776)
+    keys=(3 rate_limit:user:__rand_int__ rate_limit:endpoint:/bench rate_limit:global)
+    if [ "${BLOCKS:-0}" = 1 ]; then
+        keys=(5 "${keys[@]:1}" "{rate_limit:user:__rand_int__}#block" "{rate_limit:endpoint:/bench}#block")
+    fi
+    args=("${keys[@]}" "" 1000000 "$COST" 1099511627776 1099511627776 1099511627776)
     redis-benchmark -p "$port" -c 4 -n $((CALLS / 2)) -P 1 -r 1000 EVALSHA "$sha" "${args[@]}" >/dev/null
     callgrind_control -z "$VG_PID" >/dev/null 2>&1
     redis-benchmark -p "$port" -c 4 -n "$CALLS" -P 1 -r 1000 EVALSHA "$sha" "${args[@]}" >/dev/null
