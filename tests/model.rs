@@ -4,7 +4,9 @@
 //! contract and docs/POLICIES.md (not from any store) predicts every field of every decision,
 //! and its headers (legacy, IETF or both), for random sequences of checks (mixed costs, users by
 //! id, by address and anonymous, matched routes and the unmatched one, a route with limits of
-//! its own, a user on a plan, shadow tiers), `reset_user` / `reset_endpoint` calls, and clock
+//! its own, a user on a plan, shadow tiers), `reset_user` / `reset_endpoint` calls, blocks and
+//! unblocks of users and routes (a blocked request is refused and leaves no trace, which every
+//! later decision checks), and clock
 //! steps aimed at the edges (0, 1 µs, W - 1 µs, W, W + 1 µs, exactly a denial's `retry_after()`
 //! and 1 µs less, an entry's last counted microsecond and the next, several windows, random
 //! steps). Clients retry denied requests while cheaper ones get through. On a mismatch the
@@ -30,8 +32,8 @@ use std::time::Duration;
 
 use tiered_ratelimit::store::MemoryStore;
 use tiered_ratelimit::{
-    CheckRequest, Decision, HeaderStyle, ManualClock, RateLimitConfigBuilder, RateLimiter,
-    RouteLimits, Tier, UserKey,
+    BlockTarget, CheckRequest, Decision, HeaderStyle, ManualClock, RateLimitConfigBuilder,
+    RateLimiter, RouteLimits, Tier, UserKey,
 };
 
 use crate::common::{limits, TestBackend};
@@ -360,7 +362,46 @@ enum Step {
         by: u64,
         why: &'static str,
     },
+    /// A block of [`BLOCK`] on a user with an id or a named route.
+    Block {
+        of: Blocked,
+    },
+    Unblock {
+        of: Blocked,
+    },
 }
+
+/// What a block step names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Blocked {
+    /// One of the first [`IDS`] users.
+    User(usize),
+    /// One of the first [`NAMED_ROUTES`] routes.
+    Route(usize),
+}
+
+impl Blocked {
+    fn target(self) -> BlockTarget<'static> {
+        match self {
+            Blocked::User(u) => match USERS[u] {
+                Who::Id(id) => BlockTarget::User(id),
+                other => unreachable!("only users with an id are blocked: {other}"),
+            },
+            Blocked::Route(r) => BlockTarget::Endpoint(ROUTES[r].expect("a named route")),
+        }
+    }
+
+    /// The model's name of it.
+    fn key(self) -> String {
+        match self {
+            Blocked::User(u) => format!("user {}", USERS[u]),
+            Blocked::Route(r) => format!("route {}", route_name(r)),
+        }
+    }
+}
+
+/// How long a block step blocks (µs): longer than any sequence, so it only ends by `unblock`.
+const BLOCK: u64 = 1_000 * 3_600 * 1_000_000;
 
 impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -371,6 +412,8 @@ impl fmt::Display for Step {
             Step::ResetUser { user } => write!(f, "reset_user {}", USERS[user]),
             Step::ResetEndpoint { route } => write!(f, "reset_endpoint {}", route_name(route)),
             Step::Advance { by, why } => write!(f, "advance {} ({why})", Micros(by)),
+            Step::Block { of } => write!(f, "block {} for {}", of.key(), Micros(BLOCK)),
+            Step::Unblock { of } => write!(f, "unblock {}", of.key()),
         }
     }
 }
@@ -388,6 +431,7 @@ struct Observed {
     shadow_blocked_by: Option<Tier>,
     cost_exceeds_limit: bool,
     cost: u64,
+    by_block: bool,
     /// `name: value` pairs, sorted, joined by `; `.
     headers: String,
 }
@@ -409,7 +453,28 @@ impl Observed {
             shadow_blocked_by: d.shadow_blocked_by(),
             cost_exceeds_limit: d.cost_exceeds_limit(),
             cost: d.cost(),
+            by_block: d.by_block(),
             headers: headers.join("; "),
+        }
+    }
+
+    /// The same without the block's time left: Redis counts a block on its own clock, which
+    /// the test's manual clock does not move. (What is left is checked to lie within the
+    /// block on its own.)
+    fn without_block_time(&self) -> Self {
+        if !self.by_block {
+            return self.clone();
+        }
+        let secs = self.retry_after_secs;
+        let headers = self
+            .headers
+            .replace(&format!("retry-after: {secs}"), "retry-after: (left)")
+            .replace(&format!(";t={secs}"), ";t=(left)");
+        Self {
+            retry_after: Duration::ZERO,
+            retry_after_secs: 0,
+            headers,
+            ..self.clone()
         }
     }
 }
@@ -447,6 +512,9 @@ impl fmt::Display for Observed {
         if self.cost_exceeds_limit {
             write!(f, ", cost_exceeds_limit")?;
         }
+        if self.by_block {
+            write!(f, ", by_block")?;
+        }
         write!(f, ", cost {}", self.cost)
     }
 }
@@ -461,6 +529,8 @@ fn secs_up(us: u64) -> u64 {
 struct Model {
     sc: Scenario,
     logs: BTreeMap<String, Vec<(u64, u64)>>,
+    /// Blocked users and routes, and when each block ends (µs).
+    blocks: BTreeMap<Blocked, u64>,
 }
 
 /// What one tier says about a request.
@@ -481,6 +551,7 @@ struct Expected {
     shadow_blocked_by: Option<Tier>,
     exceeds: bool,
     cost: u64,
+    by_block: bool,
     /// The tier closest to its limit (the blocking one on a denial) and when it next gains
     /// capacity, in µs: the IETF `RateLimit` header.
     binding: Option<(Tier, u64)>,
@@ -491,6 +562,7 @@ impl Model {
         Self {
             sc: sc.clone(),
             logs: BTreeMap::new(),
+            blocks: BTreeMap::new(),
         }
     }
 
@@ -579,8 +651,72 @@ impl Model {
         let cost = cost.max(1); // 0 counts as 1
         let tiers = self.tiers(user, route);
         let policies: Vec<(Tier, u64)> = tiers.iter().map(|(t, _, l)| (*t, *l)).collect();
-        let expected = self.decide(now, &tiers, cost);
+        let expected = match self.block_of(now, user, route, &tiers) {
+            Some((tier, left)) => Expected {
+                allowed: false,
+                remaining: 0,
+                retry: left,
+                blocked_by: Some(tier),
+                shadow_blocked_by: None,
+                exceeds: false,
+                cost,
+                by_block: true,
+                binding: Some((tier, left)),
+            },
+            None => self.decide(now, &tiers, cost),
+        };
         self.observe(&expected, &policies)
+    }
+
+    /// A block on a counted tier of the request (docs/OPERATIONS.md): blocks answer before
+    /// any count, shadow mode or not; the first blocked tier, and the longest time left.
+    fn block_of(
+        &self,
+        now: u64,
+        user: usize,
+        route: usize,
+        tiers: &[(Tier, String, u64)],
+    ) -> Option<(Tier, u64)> {
+        let blocked = |of: Blocked| self.blocks.get(&of).filter(|&&until| until > now);
+        let mut found: Option<(Tier, u64)> = None;
+        for (tier, ..) in tiers {
+            let until = match tier {
+                Tier::User if user < IDS => blocked(Blocked::User(user)),
+                Tier::Endpoint if route < NAMED_ROUTES => blocked(Blocked::Route(route)),
+                _ => None,
+            };
+            if let Some(&until) = until {
+                let left = until - now;
+                found = Some(found.map_or((*tier, left), |(t, l)| (t, l.max(left))));
+            }
+        }
+        found
+    }
+
+    /// Whether a block (or unblock) of `of` is taken: its tier is counted somewhere in the
+    /// configuration (else `BlockError::TierOff`).
+    fn counted(&self, of: Blocked) -> bool {
+        let sc = &self.sc;
+        match of {
+            Blocked::User(_) => {
+                sc.user > 0 || sc.vip_plan.is_some() || sc.login.user_limit.is_some_and(|l| l > 0)
+            }
+            Blocked::Route(r) => {
+                let own = sc.login.endpoint_limit.filter(|_| r == LOGIN);
+                own.unwrap_or(sc.endpoint) > 0
+            }
+        }
+    }
+
+    /// A block of `of`, if taken: it lasts [`BLOCK`] from `now`.
+    fn block(&mut self, now: u64, of: Blocked) {
+        if self.counted(of) {
+            self.blocks.insert(of, now + BLOCK);
+        }
+    }
+
+    fn unblock(&mut self, of: Blocked) {
+        self.blocks.remove(&of);
     }
 
     fn decide(&mut self, now: u64, tiers: &[(Tier, String, u64)], cost: u64) -> Expected {
@@ -592,6 +728,7 @@ impl Model {
             shadow_blocked_by: None,
             exceeds: false,
             cost,
+            by_block: false,
             binding: None,
         };
         if tiers.is_empty() {
@@ -689,6 +826,7 @@ impl Model {
             shadow_blocked_by: e.shadow_blocked_by,
             cost_exceeds_limit: e.exceeds,
             cost: e.cost,
+            by_block: e.by_block,
             headers: headers.join("; "),
         }
     }
@@ -699,6 +837,8 @@ impl Model {
             Step::Advance { by, .. } => *now += by,
             Step::ResetUser { user } => self.reset_user(user),
             Step::ResetEndpoint { route } => self.reset_endpoint(route),
+            Step::Block { of } => self.block(*now, of),
+            Step::Unblock { of } => self.unblock(of),
             Step::Check { user, route, cost } => return Some(self.check(*now, user, route, cost)),
         }
         None
@@ -756,6 +896,17 @@ fn generate(seed: u64, len: usize) -> (Scenario, Vec<Step>) {
         } else if roll < 4 {
             Step::ResetEndpoint {
                 route: rng.below(NAMED_ROUTES as u64) as usize,
+            }
+        } else if roll < 7 {
+            let of = if rng.percent(60) {
+                Blocked::User(rng.below(IDS as u64) as usize)
+            } else {
+                Blocked::Route(rng.below(NAMED_ROUTES as u64) as usize)
+            };
+            if roll < 6 {
+                Step::Block { of }
+            } else {
+                Step::Unblock { of }
             }
         } else if roll < 38 {
             let ahead = |at: u64| at.checked_sub(now).filter(|&d| d > 0);
@@ -826,9 +977,12 @@ fn generate(seed: u64, len: usize) -> (Scenario, Vec<Step>) {
             Step::Advance { by, .. } => now += by,
             Step::ResetUser { user } => model.reset_user(user),
             Step::ResetEndpoint { route } => model.reset_endpoint(route),
+            Step::Block { of } => model.block(now, of),
+            Step::Unblock { of } => model.unblock(of),
             Step::Check { user, route, cost } => {
                 let d = model.check(now, user, route, cost);
-                if !d.retry_after.is_zero() && !d.cost_exceeds_limit {
+                // (A block's end is not aimed at: Redis counts it on its own clock.)
+                if !d.retry_after.is_zero() && !d.cost_exceeds_limit && !d.by_block {
                     room_at = Some(now + d.retry_after.as_micros() as u64);
                 }
                 if !d.allowed && queued.is_empty() && rng.percent(60) {
@@ -897,6 +1051,7 @@ impl Mismatch {
                 e.cost_exceeds_limit != a.cost_exceeds_limit,
             ),
             ("cost", e.cost != a.cost),
+            ("by_block", e.by_block != a.by_block),
         ];
         let mut fields: Vec<&str> = fields.iter().filter(|f| f.1).map(|f| f.0).collect();
         // Headers follow from the fields above, unless only they differ.
@@ -914,10 +1069,32 @@ async fn replay(b: &TestBackend, sc: &Scenario, steps: &[Step]) -> Result<(), Mi
     let mut model = Model::new(sc);
     let mut now = sc.start;
     for (at, &step) in steps.iter().enumerate() {
+        let taken = match step {
+            Step::Block { of } | Step::Unblock { of } => Some(model.counted(of)),
+            _ => None,
+        };
         let expected = model.step(&mut now, step);
         clock.set(Duration::from_micros(now));
         match step {
             Step::Advance { .. } => {}
+            Step::Block { of } => {
+                let result = limiter
+                    .block(of.target(), Duration::from_micros(BLOCK))
+                    .await;
+                assert_eq!(
+                    result.is_ok(),
+                    taken.unwrap(),
+                    "step {at}, {step}: {result:?}"
+                );
+            }
+            Step::Unblock { of } => {
+                let result = limiter.unblock(of.target()).await;
+                assert_eq!(
+                    result.is_ok(),
+                    taken.unwrap(),
+                    "step {at}, {step}: {result:?}"
+                );
+            }
             Step::ResetUser { user } => {
                 if let Who::Id(id) = USERS[user] {
                     limiter.reset_user(id).await;
@@ -938,7 +1115,16 @@ async fn replay(b: &TestBackend, sc: &Scenario, steps: &[Step]) -> Result<(), Mi
                 );
                 let expected = expected.expect("a check has a decision");
                 let actual = Observed::of(&decision, limiter.config().headers());
-                if actual != expected {
+                let blocks_on_redis = actual.by_block && !matches!(b, TestBackend::Memory);
+                let same = if blocks_on_redis {
+                    // Redis counts the block on its own clock: what is left lies within it.
+                    let within = Duration::from_micros(BLOCK) >= actual.retry_after
+                        && actual.retry_after + Duration::from_secs(60) > expected.retry_after;
+                    within && actual.without_block_time() == expected.without_block_time()
+                } else {
+                    actual == expected
+                };
+                if !same {
                     return Err(Mismatch {
                         at,
                         expected,

@@ -201,6 +201,21 @@ pub async fn a_block_wins_over_full_tiers_and_shadow_mode(b: TestBackend) {
     refused_by_block(&c, "tom", "/b", Tier::Endpoint, hour).await;
 }
 
+/// The model's shrunk find: a user's full window, remembered (Redis's denial cache) from one
+/// route, must not answer for that user on a route blocked before.
+pub async fn a_remembered_full_window_never_hides_a_blocked_route(b: TestBackend) {
+    let clock = clock();
+    let (a, _, _) = instances(&b, || limits(1, 4, 0, MINUTE), &clock).await;
+    let hour = Duration::from_secs(3600);
+    a.block(BlockTarget::Endpoint("/b"), hour).await.unwrap();
+    assert!(a.check("u1", "/a").await.allowed());
+    for _ in 0..3 {
+        assert_eq!(a.check("u1", "/a").await.blocked_by(), Some(Tier::User));
+    }
+    refused_by_block(&a, "u1", "/b", Tier::Endpoint, hour).await;
+    assert_eq!(a.check("u1", "/a").await.blocked_by(), Some(Tier::User));
+}
+
 pub async fn blocks_that_would_stop_nothing_are_refused(b: TestBackend) {
     let clock = clock();
     let (a, _, _) = instances(&b, || limits(0, 10, 100, MINUTE), &clock).await;
@@ -256,6 +271,7 @@ crate::on_every_backend!(block:
     a_block_ends_by_itself_and_leaves_nothing,
     a_user_is_blocked_on_every_route_and_an_address_by_its_64,
     a_block_wins_over_full_tiers_and_shadow_mode,
+    a_remembered_full_window_never_hides_a_blocked_route,
     blocks_that_would_stop_nothing_are_refused,
 );
 

@@ -10,6 +10,10 @@
 //! room left (less than the request's cost) is never cached: a cheaper request may be admitted
 //! at any moment, and move the real wait later.
 //!
+//! A denial is remembered with the request's other tiers' keys (their fingerprint): the same
+//! user on another route asks Redis, so a block of that route is never hidden by the user's
+//! full window.
+//!
 //! Resets go through Redis pub/sub: the resetting instance publishes the key on
 //! `<prefix>:invalidate` after deleting it, and every instance subscribed drops it. A block
 //! publishes `*`, and every instance drops every key: a block of a route refuses requests whose
@@ -21,6 +25,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
+
+use crate::store::TierCheck;
 
 /// At most this many keys are remembered.
 const MAX_KEYS: usize = 65_536;
@@ -35,14 +41,16 @@ struct Cached {
 }
 
 /// What a remembered denial holds for: a request of `cost` against a first tier of `limit`
-/// (in shadow mode or not) over `window` (µs). A request under other terms — another cost, or
-/// limits changed by a live reconfiguration — asks Redis.
+/// (in shadow mode or not) over `window` (µs), whose other tiers' keys are `others` (see
+/// [`DenialCache::others`]). A request under other terms — another cost, limits changed by a
+/// live reconfiguration, another route — asks Redis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Terms {
     pub(crate) cost: u64,
     pub(crate) limit: u64,
     pub(crate) shadow: bool,
     pub(crate) window: u64,
+    pub(crate) others: u64,
 }
 
 /// Denials remembered per Redis key (see the module docs).
@@ -51,9 +59,23 @@ pub(crate) struct DenialCache {
     entries: DashMap<String, Cached, ahash::RandomState>,
     /// The invalidation subscription is up: the cache may answer.
     live: AtomicBool,
+    /// Seeds the fingerprints of [`others`](Self::others) (random per process).
+    hasher: ahash::RandomState,
 }
 
 impl DenialCache {
+    /// A fingerprint of the keys of a request's tiers after its first. A denial is remembered
+    /// for the first tier's key *with* the other keys it was given with: a request that adds a
+    /// blocked key (the same user on a blocked route) must ask Redis, which answers the block
+    /// before any count. (Blocks set later empty the whole cache.)
+    pub(crate) fn others(&self, tiers: &[TierCheck<'_>]) -> u64 {
+        let mut fingerprint = 0u64;
+        for t in tiers {
+            fingerprint = self.hasher.hash_one((fingerprint, t.tier as u8, t.id));
+        }
+        fingerprint
+    }
+
     /// The wait for a request under `terms` on `key` at `now` (µs), if a denial is remembered.
     pub(crate) fn get(&self, key: &str, terms: Terms, now: u64) -> Option<Duration> {
         if !self.live.load(Ordering::Acquire) {
@@ -148,6 +170,7 @@ mod tests {
             limit: 5,
             shadow: false,
             window: 1_000_000,
+            others: 0,
         }
     }
 
@@ -169,7 +192,11 @@ mod tests {
             window: 1_000,
             ..cost(1)
         };
-        for terms in [raised, shadow, shorter] {
+        let other_route = Terms {
+            others: 7,
+            ..cost(1)
+        };
+        for terms in [raised, shadow, shorter, other_route] {
             assert_eq!(cache.get("k", terms, 0), None, "{terms:?}");
         }
     }

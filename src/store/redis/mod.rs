@@ -186,6 +186,7 @@ impl RedisStore {
             limit: first.limit,
             shadow: first.shadow,
             window: saturating_micros(req.window),
+            others: denials.others(&req.tiers[1..]),
         };
         if let Some(retry_after) = denials.get(&first_key, terms, now_us) {
             return Ok(StoreOutcome::Denied {

@@ -242,6 +242,7 @@ impl RedisStore {
                     .map_or(cap, |t| t.limit),
                 shadow: false,
                 window,
+                others: 0,
             };
             denials.remember(key.to_owned(), terms, now, retry, still);
         }
