@@ -63,6 +63,8 @@
 //! | limit an axum router, or any tower service | [`RateLimitLayer`] |
 //! | check without HTTP (a job queue, a test, your own middleware) | [`RateLimiter`] |
 //! | read what a check decided, per tier | [`Decision`], [`Tier`] |
+//! | operate it live: new limits, anyone's usage, blocks, waiting | [`RateLimiter::reconfigure`], [`RateLimiter::usage`], [`RateLimiter::block`], [`RateLimiter::acquire`] |
+//! | admin routes (usage, reset, block) behind a token | [`admin`] (feature `admin`) |
 //!
 //! In tests, [`ManualClock`] makes every check exact and sleep-free; a custom store implements
 //! [`store::Store`].
@@ -73,7 +75,8 @@
 //!   and IETF), the 429 body, client IP behind proxies, shadow mode, metrics, recovery, gRPC.
 //! - [`guides::redis`]: URLs, the script, keys, time, the fallback, TLS, strict start and
 //!   configuration errors, Redis Cluster, memory per entry.
-//! - [`guides::operations`]: live `reconfigure`, `usage` without recording, `acquire` (waiting).
+//! - [`guides::operations`]: live `reconfigure`, `usage` without recording, blocks that hold on
+//!   every instance, `acquire` (waiting), the admin routes.
 //! - [`guides::architecture`]: a request's path through layer, limiter, algorithm and store.
 //! - [`guides::benchmarks`]: measured against governor, tower_governor and redis-benchmark, with
 //!   the commands.
@@ -116,6 +119,7 @@
 //! | [`RateLimiter`], [`RateLimiterBuilder`] | checking without HTTP; a chosen clock, store, listener or plan resolver; [`RateLimiter::try_connect`] and its [`ConnectError`] for a strict start |
 //! | [`Decision`], [`Tier`] | what a check decided, per tier |
 //! | [`CheckRequest`], [`UserKey`] | a check with a cost, an IP user, or no user |
+//! | [`Usage`], [`BlockTarget`], [`BlockError`] | a caller's usage; what a block refuses, and why one did not land |
 //! | [`HeaderStyle`], [`headers`] | which rate-limit headers, and rendering them without the layer |
 //! | [`ManualClock`], [`Clock`], [`SystemClock`] | time, and moving it in tests |
 //! | [`RedisConfig`], [`TimeSource`], [`Recovery`], [`RouteLimits`], [`Plan`], [`IpNet`], [`Backend`] | settings and values those take |
@@ -131,7 +135,7 @@
 //! [`MAX_LIMIT`](config::MAX_LIMIT), and [`parse_duration`](config::parse_duration) for
 //! command lines that follow the file's rule; the configuration types are at the root), [`key`]
 //! (how ids become keys, to find them in Redis), [`observe`] (the metric names), [`headers`],
-//! and the [`guides`].
+//! [`admin`] (the admin routes) and the [`guides`].
 //!
 //! # Features
 //!
@@ -140,6 +144,7 @@
 //! | `axum` | yes | `MatchedPath` route templates and `ConnectInfo` client addresses in the layer |
 //! | `redis` | yes | [`store::RedisStore`] (fred 10) and the one-time fallback to memory; Unix sockets on Unix |
 //! | `tls` | yes | `rediss://` URLs: rustls with the ring provider, a CA file, mutual TLS (implies `redis`) |
+//! | `admin` | yes | [`admin`]: the admin routes (implies `axum`; adds serde_json) |
 //!
 //! Without `axum` the layer still works on any tower service; name endpoints with
 //! [`RateLimitLayer::endpoint`].

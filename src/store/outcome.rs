@@ -1,0 +1,122 @@
+//! [`StoreOutcome`]: a store's answer to one [`StoreRequest`](super::StoreRequest), as plain
+//! data.
+
+use std::time::Duration;
+
+use super::TierCheck;
+use crate::algorithm::Verdict;
+use crate::tier::Tier;
+
+/// A store's answer. Variants and fields may be added: a store builds one with
+/// [`StoreOutcome::admitted`] or [`StoreOutcome::denied`], and matches with `..`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreOutcome {
+    /// Recorded in every tier with room.
+    #[non_exhaustive]
+    Admitted {
+        /// The smallest capacity left over the tiers, after this request.
+        remaining: u64,
+        /// The tier with that smallest capacity (the first, in tier order, of equals).
+        binding: Tier,
+        /// How long until that tier next gains capacity: its oldest live entry leaves the
+        /// window (for a full shadow tier, when it would have room). Not "reset": in this
+        /// crate a reset ([`Store::reset`](super::Store::reset)) forgets a key.
+        resets_in: Duration,
+        /// The first shadow tier that was full (and so did not record the request), and when
+        /// it would have had room: what enforcing it would have answered.
+        shadow_denied: Option<(Tier, Duration)>,
+    },
+    /// Refused by an operator's block (see [`Store::block`](super::Store::block)), whatever the counts; recorded
+    /// nowhere.
+    #[non_exhaustive]
+    Blocked {
+        /// The first tier, in order, whose key is blocked.
+        tier: Tier,
+        /// How long until the last of the request's blocks ends (the block's remaining time).
+        retry_after: Duration,
+    },
+    /// Recorded nowhere.
+    #[non_exhaustive]
+    Denied {
+        /// The first tier, in order, without room.
+        tier: Tier,
+        /// How long until that tier has room for this request.
+        retry_after: Duration,
+    },
+}
+
+impl StoreOutcome {
+    /// Admitted: `remaining` in the `binding` tier, which next gains capacity after `resets_in`.
+    pub fn admitted(remaining: u64, binding: Tier, resets_in: Duration) -> Self {
+        Self::Admitted {
+            remaining,
+            binding,
+            resets_in,
+            shadow_denied: None,
+        }
+    }
+
+    /// Admitted only because `tier`, in shadow mode, did not enforce; enforcing it would have
+    /// said `retry_after`.
+    #[must_use]
+    pub fn with_shadow_denied(self, tier: Tier, retry_after: Duration) -> Self {
+        match self {
+            Self::Admitted {
+                remaining,
+                binding,
+                resets_in,
+                ..
+            } => Self::Admitted {
+                remaining,
+                binding,
+                resets_in,
+                shadow_denied: Some((tier, retry_after)),
+            },
+            denied => denied,
+        }
+    }
+
+    /// Denied by `tier`, which has room for the request after `retry_after`.
+    pub fn denied(tier: Tier, retry_after: Duration) -> Self {
+        Self::Denied { tier, retry_after }
+    }
+
+    /// Refused by a block on `tier`'s key, which ends after `retry_after`.
+    pub fn blocked(tier: Tier, retry_after: Duration) -> Self {
+        Self::Blocked { tier, retry_after }
+    }
+
+    /// The outcome the algorithm's `verdict` gives, its tier indices naming `tiers`.
+    pub(crate) fn of_verdict(verdict: &Verdict, tiers: &[TierCheck<'_>]) -> Self {
+        match *verdict {
+            Verdict::Denied { index, retry_after } => Self::Denied {
+                tier: tiers[index].tier,
+                retry_after,
+            },
+            Verdict::Admitted {
+                remaining,
+                binding,
+                resets_in,
+                shadow_denied,
+                ..
+            } => Self::Admitted {
+                remaining,
+                binding: tiers[binding].tier,
+                resets_in,
+                shadow_denied: shadow_denied.map(|(i, wait)| (tiers[i].tier, wait)),
+            },
+        }
+    }
+
+    /// The answer to a request with no tier to count (an empty [`StoreRequest::tiers`](super::StoreRequest::tiers)):
+    /// admitted, with no limit anywhere.
+    pub fn nothing_to_count() -> Self {
+        Self::Admitted {
+            remaining: u64::MAX,
+            binding: Tier::Global,
+            resets_in: Duration::ZERO,
+            shadow_denied: None,
+        }
+    }
+}
