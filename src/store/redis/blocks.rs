@@ -3,9 +3,10 @@
 //! round trip (see `script.lua`).
 //!
 //! The block key of a tier key `K` is `{K}#block`: its hash tag is `K` itself, which has no
-//! braces, so on a cluster it lives in `K`'s slot. (With a prefix that holds a hash tag of its
-//! own, `K#block`: then the prefix's tag places both.) No tier key can take either name: tier
-//! keys hold no braces but the prefix's, and `#` only as the first character of a hashed id.
+//! braces (the config refuses them in the prefix), so on a cluster it lives in `K`'s slot. (A
+//! store built by hand with a prefix that holds a hash tag gets `K#block`: the prefix's tag then
+//! places both.) No tier key can take either name: encoded ids hold no braces, and `#` only as
+//! the first character of a hashed id.
 
 use std::time::Duration;
 
