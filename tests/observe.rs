@@ -13,9 +13,9 @@ use axum::Router;
 use common::{free_port, limits, RedisServer};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use tiered_ratelimit::observe::{
-    CHECKS_TOTAL, FALLBACKS_TOTAL, STORE_DURATION_SECONDS, STORE_ERRORS_TOTAL,
+    BLOCK_CHANGES_TOTAL, CHECKS_TOTAL, FALLBACKS_TOTAL, STORE_DURATION_SECONDS, STORE_ERRORS_TOTAL,
 };
-use tiered_ratelimit::{Backend, RateLimitLayer, RateLimiter};
+use tiered_ratelimit::{Backend, BlockTarget, RateLimitLayer, RateLimiter};
 use tower::ServiceExt;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -129,6 +129,27 @@ async fn metrics_and_spans_report_decisions_fallbacks_and_store_latency() {
         0,
         "memory is not timed"
     );
+
+    // Blocks: refused requests count as `blocked`, not `denied`; blocks set and lifted count.
+    let blocking = RateLimiter::new(limits(5, 5, 0, MINUTE).build().unwrap());
+    let ends = [BlockTarget::User("b"), BlockTarget::Endpoint("/x")];
+    for target in ends {
+        blocking.block(target, MINUTE).await.unwrap();
+    }
+    assert!(blocking.check("b", "/").await.by_block());
+    assert!(blocking.check("c", "/x").await.by_block());
+    blocking.unblock(ends[0]).await.unwrap();
+    let m = snap(&s);
+    let blocked = |tier| counter(&m, CHECKS_TOTAL, &[("decision", "blocked"), ("tier", tier)]);
+    assert_eq!((blocked("user"), blocked("endpoint")), (1, 1));
+    let denied = counter(
+        &m,
+        CHECKS_TOTAL,
+        &[("decision", "denied"), ("tier", "user")],
+    );
+    assert_eq!(denied, 0, "a block is not a full window");
+    let changes = |action| counter(&m, BLOCK_CHANGES_TOTAL, &[("action", action)]);
+    assert_eq!((changes("block"), changes("unblock")), (2, 1));
 
     // Redis: store latency.
     let server = RedisServer::start();
