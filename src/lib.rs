@@ -184,7 +184,7 @@ pub mod headers {
 }
 
 #[doc(inline)]
-pub use crate::block::{BlockTarget, IPV6_BLOCK_PREFIX};
+pub use crate::block::{BlockError, BlockTarget, IPV6_BLOCK_PREFIX, MAX_BLOCK};
 #[doc(inline)]
 pub use crate::clock::{Clock, ManualClock, SystemClock};
 #[doc(inline)]
@@ -204,7 +204,7 @@ pub use crate::header_style::HeaderStyle;
 #[doc(inline)]
 pub use crate::layer::{RateLimit, RateLimitLayer, ResponseBody, ResponseFuture};
 #[doc(inline)]
-pub use crate::limiter::{BlockError, RateLimiter, RateLimiterBuilder, Usage};
+pub use crate::limiter::{RateLimiter, RateLimiterBuilder, Usage};
 #[doc(inline)]
 pub use crate::request::{CheckRequest, UserKey};
 #[doc(inline)]

@@ -305,14 +305,14 @@ async fn reset_user_untracks_the_key() {
     assert!(limiter.check("alice", "/a").await.allowed());
     assert!(limiter.check("bob", "/b").await.allowed());
     assert_eq!(store.tracked_keys(), 4);
-    limiter.reset_user("alice").await;
+    limiter.reset_user("alice").await.expect("reset");
     assert_eq!(store.tracked_keys(), 3);
     assert_eq!(store.entries(Tier::User, "alice"), 0);
-    limiter.reset_endpoint("/b").await;
+    limiter.reset_endpoint("/b").await.expect("reset");
     assert_eq!(store.tracked_keys(), 2);
     // Unknown keys: nothing to forget, and the count must not drift.
-    limiter.reset_user("nobody").await;
-    limiter.reset_user("alice").await;
+    limiter.reset_user("nobody").await.expect("reset");
+    limiter.reset_user("alice").await.expect("reset");
     assert_eq!(store.tracked_keys(), 2);
 }
 

@@ -4,15 +4,18 @@
 //!
 //! | route | in | out |
 //! |---|---|---|
-//! | `GET /usage?user=ID&endpoint=ROUTE` (or `ip=ADDR` for an address-keyed caller; no `endpoint`: the unmatched-route key) | | `200` the [`Usage`](crate::Usage) JSON |
+//! | `GET /usage?user=ID&endpoint=ROUTE` (or `ip=ADDR`, read as the layer keys it: IPv6 by its /64, or `ip=NET`; no `endpoint`: the unmatched-route key) | | `200` the [`Usage`](crate::Usage) JSON |
 //! | `POST /reset` | `{"user": ID}` or `{"endpoint": ROUTE}` | `200 {"reset": {...}}` |
-//! | `POST /block` | `{"user": ID}`, `{"ip": ADDR}` or `{"endpoint": ROUTE}`, and `"seconds": N` | `200 {"blocked": {...}, "seconds": N}` |
-//! | `POST /unblock` | `{"user": ID}`, `{"ip": ADDR}` or `{"endpoint": ROUTE}` | `200 {"unblocked": {...}}` |
+//! | `POST /block` | `{"user": ID}`, `{"ip": ADDR or NET}` or `{"endpoint": ROUTE}`, and `"seconds": N` | `200 {"blocked": {...}, "seconds": N}` |
+//! | `POST /unblock` | `{"user": ID}`, `{"ip": ADDR or NET}` or `{"endpoint": ROUTE}` | `200 {"unblocked": {...}}` |
 //!
-//! Every error is `application/problem+json` (RFC 9457) with a `detail` naming the field: `400`
-//! for a body or query that does not parse, names no target or several, or has an unknown field;
-//! `422` for a block the configuration would never meet (the tier is off) or of no time or too
-//! long; `503` when the store failed (Redis unreachable: the block did not land).
+//! POST bodies must be sent as `Content-Type: application/json` (else `415`: a form or
+//! `text/plain` body is what another site can make a browser send). Every error is
+//! `application/problem+json` (RFC 9457) with a `detail` naming the field: `400` for a body or
+//! query that does not parse, names no target or several, or has an unknown field; `404` for
+//! another path; `413` for a body over axum's limit; `422` for a block the configuration would
+//! never meet (the tier is off), of no time, too long, or of an IPv4 network; `503` when the
+//! store failed (the change did not land or, after a timeout, may still land: repeat it).
 //!
 //! ```
 //! use axum::Router;
@@ -30,24 +33,21 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use axum::extract::rejection::QueryRejection;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
-use http::{HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderValue, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use crate::block::BlockTarget;
-use crate::limiter::{BlockError, RateLimiter};
+use crate::block::{BlockError, BlockTarget, MAX_BLOCK};
+use crate::limiter::RateLimiter;
 use crate::request::{CheckRequest, UserKey};
 
 mod auth;
-
-/// The longest block the admin routes take (`seconds`): a year.
-pub const MAX_BLOCK_SECONDS: u64 = 366 * 24 * 3600;
 
 /// The admin routes over `limiter` (see the module docs), to mount with `Router::nest`. They
 /// are not rate limited themselves (mount them outside the limited routes' layer).
@@ -57,6 +57,10 @@ pub fn router(limiter: RateLimiter) -> Router {
         .route("/reset", post(reset))
         .route("/block", post(block))
         .route("/unblock", post(unblock))
+        .fallback(|| async {
+            let detail = "no such admin route: GET /usage, POST /reset, /block, /unblock";
+            problem(StatusCode::NOT_FOUND, "Not Found", detail)
+        })
         .with_state(limiter)
 }
 
@@ -77,8 +81,9 @@ pub fn require_bearer(router: Router, token: impl AsRef<str>) -> Router {
 struct Target {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     user: Option<String>,
+    /// An address (`192.0.2.7`, `2001:db8::1`: its /64) or a network (`2001:db8::/48`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    ip: Option<IpAddr>,
+    ip: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     endpoint: Option<String>,
     /// Only for `/block`.
@@ -87,17 +92,49 @@ struct Target {
 }
 
 impl Target {
-    fn parse(body: &Bytes) -> Result<Self, String> {
-        serde_json::from_slice(body).map_err(|e| format!("the JSON body: {e}"))
+    /// The JSON body of a POST, which must say it is JSON: a body of another type (a form, or
+    /// `text/plain`, which a browser sends cross-site without asking) is refused with a 415.
+    fn parse(
+        headers: &HeaderMap,
+        body: Result<Bytes, BytesRejection>,
+    ) -> Result<Self, Box<Response>> {
+        let json = headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+        if !json {
+            let detail = "the body must be JSON, sent with `Content-Type: application/json`";
+            return Err(Box::new(problem(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "Unsupported Media Type",
+                detail,
+            )));
+        }
+        let body = body.map_err(|e| Box::new(problem(e.status(), "Bad body", &e.body_text())))?;
+        serde_json::from_slice(&body)
+            .map_err(|e| Box::new(bad_request(format!("the JSON body: {e}"))))
     }
 
     fn block_target(&self) -> Result<BlockTarget<'_>, String> {
-        match (&self.user, self.ip, &self.endpoint) {
+        match (&self.user, &self.ip, &self.endpoint) {
             (Some(user), None, None) => Ok(BlockTarget::User(user)),
-            (None, Some(ip), None) => Ok(BlockTarget::Ip(ip)),
+            (None, Some(ip), None) => address(ip),
             (None, None, Some(route)) => Ok(BlockTarget::Endpoint(route)),
             _ => Err("name exactly one of `user`, `ip` and `endpoint`".into()),
         }
+    }
+}
+
+/// `ip`: an address, or a network with its prefix length.
+fn address(ip: &str) -> Result<BlockTarget<'static>, String> {
+    let bad = |e: &dyn std::fmt::Display| format!("`ip`: {ip:?} is no address or network: {e}");
+    if ip.contains('/') {
+        ip.parse().map(BlockTarget::Net).map_err(|e| bad(&e))
+    } else {
+        ip.parse::<IpAddr>()
+            .map(BlockTarget::Ip)
+            .map_err(|e| bad(&e))
     }
 }
 
@@ -105,7 +142,7 @@ impl Target {
 #[serde(deny_unknown_fields)]
 struct UsageQuery {
     user: Option<String>,
-    ip: Option<IpAddr>,
+    ip: Option<String>,
     endpoint: Option<String>,
 }
 
@@ -117,7 +154,17 @@ async fn usage(
         Ok(q) => q,
         Err(e) => return bad_request(format!("the query: {}", e.body_text())),
     };
-    let user = match (&q.user, q.ip) {
+    // An address is read as the layer keys it (an IPv6 client by its /64, or the network
+    // given), so that the usage is the bucket the layer counts.
+    let grouped = match q.ip.as_deref().map(address) {
+        Some(Ok(target)) => match target.bucket_address() {
+            Ok(grouped) => grouped,
+            Err(e) => return bad_request(format!("`ip`: {e}")),
+        },
+        Some(Err(detail)) => return bad_request(detail),
+        None => None,
+    };
+    let user = match (&q.user, grouped) {
         (Some(user), None) => UserKey::Id(user),
         (None, Some(ip)) => UserKey::Ip(ip),
         (None, None) => UserKey::Anonymous,
@@ -130,29 +177,41 @@ async fn usage(
     }
 }
 
-async fn reset(State(limiter): State<RateLimiter>, body: Bytes) -> Response {
-    let target = match Target::parse(&body) {
+async fn reset(
+    State(limiter): State<RateLimiter>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let target = match Target::parse(&headers, body) {
         Ok(t) => t,
-        Err(detail) => return bad_request(detail),
+        Err(response) => return *response,
     };
-    match (&target.user, target.ip, &target.endpoint, target.seconds) {
+    let done = match (&target.user, &target.ip, &target.endpoint, target.seconds) {
         (Some(user), None, None, None) => limiter.reset_user(user).await,
         (None, None, Some(route), None) => limiter.reset_endpoint(route).await,
         _ => return bad_request("name exactly one of `user` and `endpoint`".into()),
+    };
+    match done {
+        Ok(()) => json(StatusCode::OK, &serde_json::json!({ "reset": target })),
+        Err(e) => unavailable(&e),
     }
-    json(StatusCode::OK, &serde_json::json!({ "reset": target }))
 }
 
-async fn block(State(limiter): State<RateLimiter>, body: Bytes) -> Response {
-    let target = match Target::parse(&body) {
+async fn block(
+    State(limiter): State<RateLimiter>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let target = match Target::parse(&headers, body) {
         Ok(t) => t,
-        Err(detail) => return bad_request(detail),
+        Err(response) => return *response,
     };
     let Some(seconds) = target.seconds else {
         return bad_request("`seconds`: how long the block lasts, is missing".into());
     };
-    if seconds > MAX_BLOCK_SECONDS {
-        let detail = format!("`seconds`: {seconds} is more than {MAX_BLOCK_SECONDS} (a year)");
+    if seconds > MAX_BLOCK.as_secs() {
+        let max = MAX_BLOCK.as_secs();
+        let detail = format!("`seconds`: {seconds} is more than {max} (a year)");
         return problem(StatusCode::UNPROCESSABLE_ENTITY, "Bad block", &detail);
     }
     let block = match target.block_target() {
@@ -168,10 +227,14 @@ async fn block(State(limiter): State<RateLimiter>, body: Bytes) -> Response {
     }
 }
 
-async fn unblock(State(limiter): State<RateLimiter>, body: Bytes) -> Response {
-    let target = match Target::parse(&body) {
+async fn unblock(
+    State(limiter): State<RateLimiter>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let target = match Target::parse(&headers, body) {
         Ok(t) => t,
-        Err(detail) => return bad_request(detail),
+        Err(response) => return *response,
     };
     if target.seconds.is_some() {
         return bad_request("`seconds` has no meaning for an unblock".into());
@@ -197,8 +260,13 @@ fn block_failed(error: &BlockError) -> Response {
     }
 }
 
+/// The store failed. The change may not have landed, or (after a timeout) may still land
+/// later: every admin change is safe to repeat.
 fn unavailable(error: &dyn std::error::Error) -> Response {
-    let detail = format!("the rate limit store failed: {error}");
+    let detail = format!(
+        "the rate limit store failed: {error}. The change may not have landed (after a \
+         timeout it may still land later); it is safe to repeat"
+    );
     problem(
         StatusCode::SERVICE_UNAVAILABLE,
         "Store unavailable",

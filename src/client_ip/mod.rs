@@ -43,7 +43,7 @@ pub(crate) fn is_everything(net: &IpNet) -> bool {
 }
 
 /// An IPv6 network inside `::ffff:0:0/96` becomes the IPv4 network it maps; others are kept.
-fn canonical_net(net: &IpNet) -> IpNet {
+pub(crate) fn canonical_net(net: &IpNet) -> IpNet {
     match net {
         IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.network().to_ipv4_mapped() {
             Some(v4) => ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).map_or(*net, IpNet::V4),

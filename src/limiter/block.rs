@@ -3,24 +3,7 @@
 use std::time::Duration;
 
 use super::RateLimiter;
-use crate::block::BlockTarget;
-use crate::store::StoreError;
-
-/// Why a block (or an unblock) did not land.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum BlockError {
-    /// The configuration never counts the target's tier (its limit is 0 everywhere), so no
-    /// check would meet the block.
-    #[error("the {0} tier is switched off (limit 0) everywhere: a block there would stop nothing")]
-    TierOff(crate::Tier),
-    /// A block of no time.
-    #[error("a block must last longer than zero")]
-    ZeroDuration,
-    /// The store failed (Redis unreachable, a timeout) or keeps no blocks (a custom store).
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
+use crate::block::{BlockError, BlockTarget, MAX_BLOCK};
 
 impl RateLimiter {
     /// Refuses every request of `target` (a user, a client address, a route) for `duration`,
@@ -58,6 +41,12 @@ impl RateLimiter {
         if duration.is_zero() {
             return Err(BlockError::ZeroDuration);
         }
+        if duration > MAX_BLOCK {
+            return Err(BlockError::TooLong {
+                asked: duration,
+                max: MAX_BLOCK,
+            });
+        }
         let parts = self.block_parts(target)?;
         let now = self.inner.clock.now();
         let tier = target.tier();
@@ -70,14 +59,12 @@ impl RateLimiter {
         Ok(())
     }
 
-    /// Ends `target`'s block at once, on every instance sharing the store (nothing happens if
-    /// there is none).
+    /// Ends `target`'s block at once, on every instance sharing the store, in every bucket it
+    /// was set in (a user's per-route buckets too, whatever routes the configuration names by
+    /// now). Nothing happens if there is none; it is never refused for a switched-off tier.
     pub async fn unblock(&self, target: BlockTarget<'_>) -> Result<(), BlockError> {
-        let parts = self.block_parts(target)?;
         let tier = target.tier();
-        for part in &parts {
-            self.inner.store.unblock(tier, part).await?;
-        }
+        self.inner.store.unblock(tier, &target.own_part()?).await?;
         self.inner.watch_backend();
         crate::observe::block_changed("unblock");
         tracing::info!(?target, "rate limit block lifted");
@@ -87,7 +74,7 @@ impl RateLimiter {
     /// The key parts `target` is counted under in the running configuration.
     fn block_parts(&self, target: BlockTarget<'_>) -> Result<Vec<String>, BlockError> {
         let config = self.config();
-        let parts = target.key_parts(&config);
+        let parts = target.key_parts(&config)?;
         if parts.is_empty() {
             return Err(BlockError::TierOff(target.tier()));
         }

@@ -28,7 +28,6 @@ mod live;
 mod reconfigure;
 mod usage;
 
-pub use self::block::BlockError;
 pub use self::builder::RateLimiterBuilder;
 use self::live::Live;
 pub use self::usage::Usage;
@@ -369,22 +368,26 @@ impl RateLimiter {
         decision
     }
 
-    /// Forgets everything recorded for `user` (to lift a block by hand).
-    pub async fn reset_user(&self, user: &str) {
-        self.reset(Tier::User, &encode_id(user)).await;
+    /// Forgets everything recorded for `user`'s general bucket, on every instance sharing the
+    /// store. A store failure (Redis unreachable, a timeout) is returned: the key may not have
+    /// been forgotten (a reset is safe to repeat); it does not make the limiter fall back.
+    pub async fn reset_user(&self, user: &str) -> Result<(), StoreError> {
+        self.reset(Tier::User, &encode_id(user)).await
     }
 
-    /// Forgets everything recorded for one endpoint (a route template).
-    pub async fn reset_endpoint(&self, route: &str) {
-        self.reset(Tier::Endpoint, &encode_id(route)).await;
+    /// Forgets everything recorded for one endpoint (a route template), like
+    /// [`reset_user`](Self::reset_user).
+    pub async fn reset_endpoint(&self, route: &str) -> Result<(), StoreError> {
+        self.reset(Tier::Endpoint, &encode_id(route)).await
     }
 
-    async fn reset(&self, tier: Tier, id: &str) {
+    async fn reset(&self, tier: Tier, id: &str) -> Result<(), StoreError> {
         let result = self.inner.store.reset(tier, id).await;
         self.inner.watch_backend();
-        if let Err(error) = result {
+        if let Err(error) = &result {
             tracing::warn!(%error, %tier, "rate limit reset failed");
         }
+        result
     }
 }
 

@@ -257,15 +257,12 @@ impl Store for FallbackStore {
         true
     }
 
+    /// On the active store. A Redis failure is returned (the key was not forgotten), and does
+    /// not swap to memory: a reset is an operator's act, and the next check decides about that.
     async fn reset(&self, tier: Tier, id: &str) -> Result<(), StoreError> {
         let active = self.active.load_full();
         match &*active {
-            Active::Redis(redis) => {
-                if let Err(error) = Store::reset(redis, tier, id).await {
-                    self.fall_back(&active, &error);
-                }
-                Ok(())
-            }
+            Active::Redis(redis) => Store::reset(redis, tier, id).await,
             Active::Memory(memory, _) => Store::reset(memory, tier, id).await,
         }
     }

@@ -38,12 +38,21 @@ impl Blocks {
         }
     }
 
-    /// Ends `tier`'s key `id`'s block, if any.
+    /// Ends the block of `tier`'s key `id`, and of its per-route buckets (`id@<route>`: an
+    /// encoded part holds `@` only first, in an address, so the prefix names only them).
     pub(super) fn unblock(&self, tier: Tier, id: &str) {
         let Some(map) = self.map(tier) else { return };
         if map.remove(id).is_some() {
             self.count.fetch_sub(1, Ordering::AcqRel);
         }
+        let bucket = format!("{id}@");
+        map.retain(|key, _| {
+            let keep = !key.starts_with(&bucket);
+            if !keep {
+                self.count.fetch_sub(1, Ordering::AcqRel);
+            }
+            keep
+        });
     }
 
     /// The first of `tiers` blocked at `now` (µs), and when the last of their blocks ends.

@@ -34,6 +34,11 @@ impl RedisStore {
             if let Some(wait) =
                 self.all_shards_full(shards, &req.tiers[g], saturating_micros(req.window), now_us)
             {
+                // As everywhere, a block of an earlier tier answers before a full tier.
+                if let Some((tier, ms)) = self.blocks_of(&req.tiers[..g]).await {
+                    let blocked = StoreOutcome::blocked(tier, Duration::from_millis(ms));
+                    return Ok((blocked, Duration::ZERO));
+                }
                 return Ok((StoreOutcome::denied(Tier::Global, wait), Duration::ZERO));
             }
         }

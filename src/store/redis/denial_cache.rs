@@ -21,7 +21,7 @@
 //! only used while the subscription is up; if the subscription fails, lags or errors, the
 //! cache is cleared and switched off for the store's life (every check then asks Redis).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -61,6 +61,9 @@ pub(crate) struct DenialCache {
     live: AtomicBool,
     /// Seeds the fingerprints of [`others`](Self::others) (random per process).
     hasher: ahash::RandomState,
+    /// Counts the invalidations (resets, blocks) heard: a denial Redis gave before one of them
+    /// arrived may already be out of date, and is not remembered (see [`epoch`](Self::epoch)).
+    epoch: AtomicU64,
 }
 
 impl DenialCache {
@@ -105,6 +108,22 @@ impl DenialCache {
         (same && now < cached.still_until).then_some(cached.still_until)
     }
 
+    /// [`remember`](Self::remember), unless an invalidation arrived since `epoch` (read before
+    /// the request was sent): Redis's answer may then predate a reset or a block.
+    pub(crate) fn remember_since(
+        &self,
+        epoch: u64,
+        key: String,
+        terms: Terms,
+        now: u64,
+        retry_after: Duration,
+        still: Duration,
+    ) {
+        if self.epoch() == epoch {
+            self.remember(key, terms, now, retry_after, still);
+        }
+    }
+
     /// Remembers that `key` has no room, unchanged for `still` from `now` (µs), and that a
     /// request under `terms` fits after `retry_after`.
     pub(crate) fn remember(
@@ -136,13 +155,22 @@ impl DenialCache {
         );
     }
 
+    /// The invalidations heard so far: read it before asking Redis, and pass it to
+    /// [`remember`](Self::remember), which drops the denial if an invalidation arrived while
+    /// the request was in flight (the reset or block may have come after Redis answered).
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
     /// Forgets one key (it was reset here or on another instance).
     pub(crate) fn forget(&self, key: &str) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
         self.entries.remove(key);
     }
 
     /// Forgets every key (a block was set: it may refuse any key, first tier or not).
     pub(crate) fn forget_all(&self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
         self.entries.clear();
     }
 
@@ -192,6 +220,15 @@ mod tests {
             window: 1_000,
             ..cost(1)
         };
+        // An invalidation heard while a request was in flight: its denial is not remembered.
+        let cache = DenialCache::default();
+        cache.enable();
+        let epoch = cache.epoch();
+        cache.forget("other");
+        cache.remember_since(epoch, "k".into(), cost(1), 0, 8 * MS, 5 * MS);
+        assert_eq!(cache.get("k", cost(1), 1), None);
+        cache.remember_since(cache.epoch(), "k".into(), cost(1), 0, 8 * MS, 5 * MS);
+        assert!(cache.get("k", cost(1), 1).is_some());
         let other_route = Terms {
             others: 7,
             ..cost(1)

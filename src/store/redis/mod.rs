@@ -194,10 +194,11 @@ impl RedisStore {
                 retry_after,
             });
         }
+        let epoch = denials.epoch();
         let (outcome, still) = self.check_remote(req).await?;
         if let StoreOutcome::Denied { tier, retry_after } = outcome {
             if tier == first.tier {
-                denials.remember(first_key, terms, now_us, retry_after, still);
+                denials.remember_since(epoch, first_key, terms, now_us, retry_after, still);
             }
         }
         Ok(outcome)
