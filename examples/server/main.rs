@@ -29,6 +29,7 @@
 //! a restart), is refused with the reason, and the running config stays.
 
 mod cli;
+mod metrics;
 mod reload;
 mod routes;
 
@@ -63,6 +64,14 @@ async fn main() -> ExitCode {
         )
         .init();
     let (cli, config) = cli::settings();
+    // Before the limiter exists: a fallback at connect is counted, and so is the first check.
+    let metrics = match metrics::install() {
+        Ok(handle) => handle,
+        Err(e) => {
+            eprintln!("error: cannot install the metrics recorder: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let limiter = if cli.redis_required {
         match RateLimiter::try_connect(config.clone()).await {
             Ok(limiter) => limiter,
@@ -102,6 +111,7 @@ async fn main() -> ExitCode {
         .await;
     let _ = stdout.flush().await;
     let service = routes::app(limiter, cli.trusted_proxies, cli.client_ip_header)
+        .merge(metrics::route(metrics))
         .into_make_service_with_connect_info::<SocketAddr>();
     if let Err(e) = axum::serve(listener, service)
         .with_graceful_shutdown(shutdown_signal())
