@@ -7,7 +7,8 @@ global limits; scrapes GET /metrics every second; and draws the series of the pa
 docs/grafana-dashboard.json from those scrapes: checks per second by decision and tier, the
 denial ratio, store latency p50/p99 (from the histogram's buckets, as histogram_quantile does),
 and store errors, fallbacks and blocks. Rates are taken over 5 s (the dashboard's [1m] is longer
-than a whole 10 s window). The first scrape that shows a fallback is marked on every plot.
+than the run's 10 s waves, and would smooth them away). The first scrape that shows a fallback
+is marked on every plot.
 
 Standard library only, but for the drawing: matplotlib (`pip install matplotlib`). With
 --csv FILE the raw scrapes are also written out (time, series, labels, value); --from-csv FILE
