@@ -15,7 +15,8 @@ use crate::reload::load;
 /// The demo server: a small items API behind tiered-ratelimit's `RateLimitLayer`.
 ///
 /// `GET /api/v1/items`, `GET /api/v1/items/{id}` and `POST /api/v1/items` are limited, per user
-/// (the `X-User-Id` header, else the client IP), per route and in all; `GET /health` is not.
+/// (the `X-User-Id` header, else the client IP), per route and in all; `GET /health`,
+/// `GET /rate-limit` and `GET /metrics` (Prometheus) are not.
 /// A flag wins over its environment variable.
 #[derive(Debug, Parser)]
 #[command(name = "server", version)]

@@ -22,6 +22,9 @@
 //! `GET /rate-limit` (not limited, records nothing) answers the caller's own usage per limited
 //! route as JSON, as GitHub's `/rate_limit` does.
 //!
+//! `GET /metrics` (not limited, records nothing) answers the limiter's counters and store latency
+//! histogram in the Prometheus text format (`metrics.rs`; docs/OPERATIONS.md, "Seeing it").
+//!
 //! With `--config FILE` the limits come from a TOML file in the config's serde form (the limit,
 //! window and Redis flags are then ignored), and SIGHUP reloads it while the server runs: a
 //! good file takes effect at once (the next request sees it) and the log says what changed; a
