@@ -6,7 +6,7 @@
 # Where commands are found: each line of a ```sh, ```bash, ```shell or ```console block (a
 # trailing `\` joins the next line; a leading `$ ` is dropped), and each inline `code span`,
 # whose first word (after any `NAME=value` environment assignments) is `cargo`, a path to a
-# `scripts/*.sh` or `benches/*.sh` script, or `python3` on a `scripts/` or `benches/` file. Other lines (a `for` loop, `curl`, `valgrind`) are
+# `scripts/*.sh` or `benches/*.sh` script, or `python3` on a `scripts/`, `benches/` or `docs/` file. Other lines (a `for` loop, `curl`, `valgrind`) are
 # prose for people, not commands this can run alone.
 #
 # The rule for each kind, so that the check is cheap and never a measurement:
@@ -22,7 +22,8 @@
 # - `cargo test ...`: with `--no-run` (CI runs the tests themselves).
 # - `scripts/*.sh`, `benches/*.sh`: the script exists, is executable and parses (`bash -n`);
 #   benches measure, and CI runs the checks in scripts/ itself.
-# - `python3 FILE.py`: the file exists and parses (it draws plots from measured data).
+# - `python3 FILE.py`: the file exists and parses (it draws plots from measured data, or drives
+#   load at a running demo to draw one).
 # Any other `cargo` subcommand in the docs is an error here: give it a rule first.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -42,7 +43,7 @@ extract() {
       r = cmd
       while (r ~ /^[A-Za-z_][A-Za-z0-9_]*=[^[:space:]]*[[:space:]]+/) sub(/^[^[:space:]]+[[:space:]]+/, "", r)
       if (r ~ /^cargo[[:space:]]/ || r ~ /^(\.\/)?(scripts|benches)\/[^[:space:]]*\.sh([[:space:]]|$)/ ||
-          r ~ /^python3[[:space:]]+(scripts|benches)\/[^[:space:]]*\.py([[:space:]]|$)/)
+          r ~ /^python3[[:space:]]+(scripts|benches|docs)\/[^[:space:]]*\.py([[:space:]]|$)/)
         printf "%s:%d\t%s\n", FILENAME, at, r
     }
     FNR == 1 { shell = 0; fence = 0; pending = "" }

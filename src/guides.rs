@@ -9,7 +9,8 @@
 //!   what it measures.
 //! - [`architecture`]: a request's path through layer, limiter, algorithm and store; one
 //!   paragraph per module; the seams.
-//! - [`operations`]: changing limits live, usage without recording, waiting instead of failing.
+//! - [`operations`]: changing limits live, usage without recording, waiting instead of failing,
+//!   the metrics seen through Prometheus and Grafana.
 //! - [`benchmarks`]: measured against governor, tower_governor and redis-benchmark, with the
 //!   commands.
 //!

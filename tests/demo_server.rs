@@ -1,97 +1,14 @@
 //! The demo server as its users run it: separate processes, real HTTP, one shared Redis.
-#![cfg(all(feature = "redis", feature = "axum"))]
+#![cfg(all(feature = "redis", feature = "axum", feature = "admin"))]
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
+use common::demo::{example_binary, server_command, Demo};
 use common::RedisServer;
 use reqwest::StatusCode;
-
-/// `target/<profile>/examples/server`, which `cargo test` builds with the tests.
-fn server_binary() -> PathBuf {
-    example_binary("server")
-}
-
-/// `target/<profile>/examples/NAME`, built once per test binary, so that a run of this file
-/// alone never tests a stale example.
-fn example_binary(name: &'static str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap(); // target/<profile>/deps -> target/<profile>
-    static BUILT: std::sync::Mutex<Vec<&str>> = std::sync::Mutex::new(Vec::new());
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if !built.contains(&name) {
-        let mut build = Command::new(env!("CARGO"));
-        build.args(["build", "--example", name]);
-        if !cfg!(debug_assertions) {
-            build.arg("--release");
-        }
-        let status = build.status().unwrap();
-        assert!(status.success(), "cargo build --example {name}");
-        built.push(name);
-    }
-    dir.join("examples").join(name)
-}
-
-/// The demo's command: with none of the caller's own `RATE_LIMIT_*` variables, so that only
-/// what a test sets reaches it.
-fn server_command() -> Command {
-    let mut command = Command::new(server_binary());
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("RATE_LIMIT_") {
-            command.env_remove(name);
-        }
-    }
-    command
-}
-
-/// A running demo server, killed when dropped.
-struct Demo {
-    child: Child,
-    addr: String,
-}
-
-impl Demo {
-    fn start(args: &[&str]) -> Self {
-        Self::start_with_env(args, &[])
-    }
-
-    /// Started with these environment variables too.
-    fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut child = server_command()
-            .args(["--listen", "127.0.0.1:0"])
-            .args(args)
-            .envs(env.iter().copied())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("first line {line:?}"))
-            .to_owned();
-        Self { child, addr }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-}
-
-impl Drop for Demo {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 #[tokio::test]
 async fn a_burst_gets_exactly_five_200s_then_429s() {

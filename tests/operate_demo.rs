@@ -2,7 +2,7 @@
 //! file takes effect and the log says what changed; a bad one, or one that needs a new store,
 //! keeps the running config and the log names the field), and `GET /rate-limit` (the caller's
 //! own usage, not limited, recording nothing). On memory and on a Redis server of the test's own.
-#![cfg(all(feature = "redis", feature = "axum", unix))]
+#![cfg(all(feature = "redis", feature = "axum", feature = "admin", unix))]
 
 mod common;
 
@@ -14,25 +14,6 @@ use std::time::{Duration, Instant};
 
 use common::RedisServer;
 use serde_json::Value;
-
-/// `target/<profile>/examples/server`, built once by this binary (never a stale one).
-fn server_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    static BUILT: std::sync::Once = std::sync::Once::new();
-    BUILT.call_once(|| {
-        let mut build = Command::new(env!("CARGO"));
-        build.args(["build", "--example", "server"]);
-        if !cfg!(debug_assertions) {
-            build.arg("--release");
-        }
-        assert!(
-            build.status().unwrap().success(),
-            "cargo build --example server"
-        );
-    });
-    dir.join("examples").join("server")
-}
 
 /// A demo server on a config file, its log lines on a channel; killed when dropped.
 struct Demo {
@@ -52,13 +33,7 @@ impl Demo {
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("limits.toml");
         std::fs::write(&file, config).unwrap();
-        let mut command = Command::new(server_binary());
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("RATE_LIMIT_") {
-                command.env_remove(name);
-            }
-        }
-        let mut child = command
+        let mut child = common::demo::server_command()
             .args(["--listen", "127.0.0.1:0", "--config"])
             .arg(&file)
             .env("RUST_LOG", "info")

@@ -9,6 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod demo;
+
 use tiered_ratelimit::{
     Backend, ManualClock, RateLimitConfig, RateLimitConfigBuilder, RateLimiter, TimeSource,
 };

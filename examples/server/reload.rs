@@ -1,0 +1,71 @@
+//! `--config FILE`: the file read at start, and again on every SIGHUP.
+
+use tiered_ratelimit::{RateLimitConfig, RateLimiter};
+
+/// The config in `path` (TOML, the serde form), or why not, naming the field at fault.
+pub(crate) fn load(path: &std::path::Path) -> Result<RateLimitConfig, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    toml::from_str(&text).map_err(|e| {
+        // A value toml could not read: name its key (the text before `=` on its line).
+        let key = e
+            .span()
+            .and_then(|span| text.get(..span.start)?.lines().last())
+            .and_then(|line| Some(line.split_once('=')?.0.trim()))
+            .filter(|key| !key.is_empty() && !e.message().starts_with(key));
+        match key {
+            Some(key) => format!("{}: {key}: {}", path.display(), e.message()),
+            None => format!("{}: {}", path.display(), e.message()),
+        }
+    })
+}
+
+/// The top-level settings that differ, as `name: old -> new`.
+fn changes(old: &RateLimitConfig, new: &RateLimitConfig) -> Vec<String> {
+    let (old, new) = (serde_json::json!(old), serde_json::json!(new));
+    let (Some(old), Some(new)) = (old.as_object(), new.as_object()) else {
+        return Vec::new();
+    };
+    let none = serde_json::Value::Null;
+    let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter_map(|key| {
+            let (a, b) = (old.get(key).unwrap_or(&none), new.get(key).unwrap_or(&none));
+            (a != b).then(|| format!("{key}: {a} -> {b}"))
+        })
+        .collect()
+}
+
+/// Reads `path` again and gives it to the limiter; a bad file keeps the running config.
+fn reload(limiter: &RateLimiter, path: &std::path::Path) {
+    let new = match load(path) {
+        Ok(new) => new,
+        Err(error) => {
+            tracing::error!(%error, "config not reloaded: the running config stays");
+            return;
+        }
+    };
+    let changed = changes(&limiter.config(), &new);
+    match limiter.reconfigure(new) {
+        Ok(()) if changed.is_empty() => tracing::info!("config reloaded: nothing changed"),
+        Ok(()) => tracing::info!(changed = %changed.join("; "), "config reloaded"),
+        Err(error) => tracing::error!(
+            field = error.field(),
+            %error,
+            "config not reloaded: the running config stays"
+        ),
+    }
+}
+
+/// Reloads the config file on every SIGHUP (installed before the server says it listens).
+#[cfg(unix)]
+pub(crate) fn reload_on_sighup(limiter: RateLimiter, path: std::path::PathBuf) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangups = signal(SignalKind::hangup()).expect("install SIGHUP handler");
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            reload(&limiter, &path);
+        }
+    });
+}

@@ -1,0 +1,92 @@
+//! The routes: the limited items API, `/health`, and `/rate-limit` (the caller's usage).
+
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Path};
+use axum::http::{HeaderMap, HeaderName, StatusCode};
+use axum::routing::get;
+use axum::{Json, Router};
+use tiered_ratelimit::{CheckRequest, IpNet, RateLimitLayer, RateLimiter, UserKey};
+
+/// The routes the layer limits, as `/rate-limit` reports them.
+const LIMITED_ROUTES: [&str; 2] = ["/api/v1/items", "/api/v1/items/{id}"];
+
+/// `GET /rate-limit`: the caller's usage (the `X-User-Id` header, else the peer address, IPv6
+/// grouped by /64 as the layer does by default) on each limited route. Records nothing.
+async fn rate_limit(
+    limiter: RateLimiter,
+    peer: SocketAddr,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, (StatusCode, String)> {
+    let id = headers
+        .get("x-user-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|id| !id.is_empty());
+    let ip = match peer.ip().to_canonical() {
+        std::net::IpAddr::V6(v6) => {
+            let bits = u128::from(v6) & !((1u128 << 64) - 1);
+            std::net::IpAddr::V6(bits.into())
+        }
+        v4 => v4,
+    };
+    let user = id.map_or(UserKey::Ip(ip), UserKey::Id);
+    let mut resources = serde_json::Map::new();
+    for route in LIMITED_ROUTES {
+        let usage = limiter
+            .usage_request(CheckRequest::new(user, Some(route)))
+            .await
+            .map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+        resources.insert(route.to_owned(), serde_json::json!(usage));
+    }
+    let caller = id.map_or_else(|| ip.to_string(), str::to_owned);
+    Ok(Json(
+        serde_json::json!({ "user": caller, "resources": resources }),
+    ))
+}
+
+pub(crate) fn app(
+    limiter: RateLimiter,
+    trusted_proxies: Vec<IpNet>,
+    client_ip_header: Option<HeaderName>,
+) -> Router {
+    let usage = limiter.clone();
+    let mut layer = RateLimitLayer::from_limiter(limiter)
+        .user_id(|parts| {
+            let id = parts.headers.get("x-user-id")?.to_str().ok()?;
+            (!id.is_empty()).then(|| id.to_owned())
+        })
+        .trusted_proxies(trusted_proxies);
+    if let Some(name) = client_ip_header {
+        layer = layer.client_ip_header(name);
+    }
+    let api = Router::new()
+        .route("/api/v1/items", get(list_items).post(create_item))
+        .route("/api/v1/items/{id}", get(get_item))
+        .route_layer(layer);
+    let rate_limit = move |ConnectInfo(peer): ConnectInfo<SocketAddr>, headers: HeaderMap| {
+        let limiter = usage.clone();
+        async move { rate_limit(limiter, peer, headers).await }
+    };
+    Router::new()
+        .route("/health", get(|| async { "ok" }))
+        .route("/rate-limit", get(rate_limit))
+        .merge(api)
+}
+
+async fn list_items() -> Json<Vec<serde_json::Value>> {
+    Json(vec![
+        serde_json::json!({ "id": 1, "name": "apple" }),
+        serde_json::json!({ "id": 2, "name": "pear" }),
+    ])
+}
+
+async fn get_item(Path(id): Path<u64>) -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "id": id, "name": format!("item {id}") }))
+}
+
+async fn create_item(body: String) -> (StatusCode, Json<serde_json::Value>) {
+    (
+        StatusCode::CREATED,
+        Json(serde_json::json!({ "created": true, "bytes": body.len() })),
+    )
+}

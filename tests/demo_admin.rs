@@ -1,0 +1,133 @@
+//! The demo's admin routes over real HTTP (issue 13, item 5): they exist only with
+//! `--admin-token`, refuse any request without the exact token, and a block set through one
+//! instance's routes holds on another instance on the same Redis at its next request.
+#![cfg(all(feature = "redis", feature = "axum", feature = "admin"))]
+
+mod common;
+
+use common::demo::{server_command, Demo};
+use common::RedisServer;
+use reqwest::{Client, StatusCode};
+use serde_json::Value;
+
+const TOKEN: &str = "a-demo-token-of-32-characters-xx";
+
+async fn admin(client: &Client, demo: &Demo, path: &str, body: &str, token: &str) -> StatusCode {
+    client
+        .post(demo.url(&format!("/admin{path}")))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+/// `GET /api/v1/items` as `user`: the status and the body.
+async fn items(client: &Client, demo: &Demo, user: &str) -> (StatusCode, String) {
+    let resp = client
+        .get(demo.url("/api/v1/items"))
+        .header("x-user-id", user)
+        .send()
+        .await
+        .unwrap();
+    (resp.status(), resp.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn without_the_flag_the_admin_routes_do_not_exist() {
+    let demo = Demo::start(&["--user-limit", "5"]);
+    let client = Client::new();
+    for path in ["/admin/usage?user=a", "/admin/block"] {
+        let resp = client.get(demo.url(path)).bearer_auth(TOKEN).send().await;
+        assert_eq!(resp.unwrap().status(), 404, "{path}");
+    }
+    let status = admin(
+        &client,
+        &demo,
+        "/block",
+        r#"{"user":"a","seconds":5}"#,
+        TOKEN,
+    )
+    .await;
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn a_short_token_is_refused_at_start() {
+    let out = server_command()
+        .args(["--listen", "127.0.0.1:0", "--admin-token", "short"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--admin-token must be at least 16"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn only_the_exact_token_opens_the_routes() {
+    let demo = Demo::start(&["--user-limit", "5", "--admin-token", TOKEN]);
+    let client = Client::new();
+    let usage = demo.url("/admin/usage?user=alice&endpoint=/api/v1/items");
+    let shorter = &TOKEN[..TOKEN.len() - 1];
+    let longer = format!("{TOKEN}x");
+    for auth in [None, Some(shorter), Some(longer.as_str()), Some("x")] {
+        let mut req = client.get(&usage);
+        if let Some(token) = auth {
+            req = req.bearer_auth(token);
+        }
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status(), 401, "{auth:?}");
+        assert_eq!(resp.headers()["www-authenticate"], "Bearer");
+    }
+    let resp = client.get(&usage).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let body: Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+    assert_eq!(body["tiers"][0]["limit"], 5, "{body}");
+
+    let block = r#"{"user":"mallory","seconds":600}"#;
+    assert_eq!(admin(&client, &demo, "/block", block, shorter).await, 401);
+    assert_eq!(
+        items(&client, &demo, "mallory").await.0,
+        200,
+        "not blocked by a wrong token"
+    );
+    assert_eq!(admin(&client, &demo, "/block", block, TOKEN).await, 200);
+    let (status, body) = items(&client, &demo, "mallory").await;
+    assert_eq!(status, 429);
+    assert!(body.contains("\"block\":true"), "{body}");
+    let unblock = r#"{"user":"mallory"}"#;
+    assert_eq!(admin(&client, &demo, "/unblock", unblock, TOKEN).await, 200);
+    assert_eq!(items(&client, &demo, "mallory").await.0, 200);
+}
+
+#[tokio::test]
+async fn a_block_through_one_instance_holds_on_another() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let args = [
+        "--user-limit",
+        "50",
+        "--redis",
+        &url,
+        "--admin-token",
+        TOKEN,
+    ];
+    let (a, b) = (Demo::start(&args), Demo::start(&args));
+    let client = Client::new();
+    assert_eq!(items(&client, &b, "eve").await.0, 200);
+    let block = r#"{"user":"eve","seconds":600}"#;
+    assert_eq!(admin(&client, &a, "/block", block, TOKEN).await, 200);
+    // b's very next request for eve meets the block: b asks Redis, which holds it.
+    let (status, body) = items(&client, &b, "eve").await;
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("\"block\":true"), "{body}");
+    assert_eq!(items(&client, &b, "frank").await.0, 200);
+    let unblock = r#"{"user":"eve"}"#;
+    assert_eq!(admin(&client, &b, "/unblock", unblock, TOKEN).await, 200);
+    assert_eq!(items(&client, &a, "eve").await.0, 200);
+}
