@@ -14,10 +14,14 @@ Standard library only, but for the drawing: matplotlib (`pip install matplotlib`
 --csv FILE the raw scrapes are also written out (time, series, labels, value); --from-csv FILE
 draws such a file again without driving any load.
 
-The picture in docs/ was made against the demo on a Redis of its own, killed after ~55 s
-(docs/OPERATIONS.md, "Seeing it", has the commands):
+With --admin-token (the demo's), an operator blocks mallory through the admin routes at
+--block-at seconds and lifts the block at --unblock-at.
 
-    python3 docs/metrics_load.py --url http://127.0.0.1:3000 --seconds 75 --out docs/metrics.png
+The picture in docs/ was made against the demo on a Redis of its own, killed after ~55 s, with
+mallory blocked from 20 s to 35 s (docs/OPERATIONS.md, "Seeing it", has the commands):
+
+    python3 docs/metrics_load.py --url http://127.0.0.1:3000 --seconds 75 \
+        --admin-token "$TOKEN" --out docs/metrics.png
 """
 import argparse
 import bisect
@@ -64,6 +68,24 @@ def drive(url, stop, per_second, path, user=None):
             conn = connection(url)
         next_at += interval
         time.sleep(max(0.0, next_at - time.monotonic()))
+
+
+def operate(url, token, stop, started, block_at, unblock_at):
+    """The operator: blocks mallory through the admin routes at `block_at` seconds, and lifts
+    the block at `unblock_at`."""
+    for at, path, body in ((block_at, "/admin/block", '{"user":"mallory","seconds":600}'),
+                           (unblock_at, "/admin/unblock", '{"user":"mallory"}')):
+        while not stop.is_set() and time.monotonic() - started < at:
+            time.sleep(0.05)
+        if stop.is_set():
+            return
+        conn = connection(url)
+        headers = {"authorization": f"Bearer {token}", "content-type": "application/json"}
+        conn.request("POST", path, body=body, headers=headers)
+        reply = conn.getresponse()
+        print(f"{time.monotonic() - started:5.1f} s: POST {path} -> {reply.status}")
+        reply.read()
+        conn.close()
 
 
 def parse(text):
@@ -243,6 +265,10 @@ def main():
     parser.add_argument("--out", default="docs/metrics.png", help="the picture to write")
     parser.add_argument("--csv", help="also write every scraped sample here")
     parser.add_argument("--from-csv", help="drive no load: draw the scrapes a --csv run saved")
+    parser.add_argument("--admin-token", help="the demo's --admin-token: mallory is then "
+                        "blocked at --block-at seconds and unblocked at --unblock-at")
+    parser.add_argument("--block-at", type=float, default=20)
+    parser.add_argument("--unblock-at", type=float, default=35)
     parser.add_argument("--title", default="The demo under load, as its /metrics showed it "
                         "(scraped every second)")
     args = parser.parse_args()
@@ -257,6 +283,9 @@ def main():
     jobs += [(drive, (args.url, stop, n, path, user)) for user, n, path in USERS]
     # Each crowd from two connections, so that one slow answer does not stall it.
     jobs += [(drive, (args.url, stop, n / 2, path)) for n, path in CROWDS for _ in range(2)]
+    if args.admin_token:
+        jobs.append((operate, (args.url, args.admin_token, stop, started, args.block_at,
+                               args.unblock_at)))
     threads = [threading.Thread(target=target, args=a) for target, a in jobs]
     for thread in threads:
         thread.start()
