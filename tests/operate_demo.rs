@@ -48,15 +48,7 @@ impl Demo {
                 let _ = tx.send(line);
             }
         });
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("first line {line:?}"))
-            .to_owned();
+        let addr = common::demo::listening_addr(&mut child);
         Self {
             child,
             addr,

@@ -34,13 +34,13 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{Query, State};
+use axum::extract::{FromRequest, Query, Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderValue, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use crate::block::{BlockError, BlockTarget, MAX_BLOCK};
@@ -91,31 +91,32 @@ struct Target {
     seconds: Option<u64>,
 }
 
-impl Target {
-    /// The JSON body of a POST, which must say it is JSON: a body of another type (a form, or
-    /// `text/plain`, which a browser sends cross-site without asking) is refused with a 415.
-    fn parse(
-        headers: &HeaderMap,
-        body: Result<Bytes, BytesRejection>,
-    ) -> Result<Self, Box<Response>> {
-        let json = headers
+/// The JSON body of a POST, which must say it is JSON: a body of another type (a form, or
+/// `text/plain`, which a browser sends cross-site without asking) is refused with a 415; any
+/// refusal is problem+json.
+impl<S: Send + Sync> FromRequest<S> for Target {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
+        let json = request
+            .headers()
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.split(';').next())
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
         if !json {
             let detail = "the body must be JSON, sent with `Content-Type: application/json`";
-            return Err(Box::new(problem(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "Unsupported Media Type",
-                detail,
-            )));
+            let status = StatusCode::UNSUPPORTED_MEDIA_TYPE;
+            return Err(problem(status, "Unsupported Media Type", detail));
         }
-        let body = body.map_err(|e| Box::new(problem(e.status(), "Bad body", &e.body_text())))?;
-        serde_json::from_slice(&body)
-            .map_err(|e| Box::new(bad_request(format!("the JSON body: {e}"))))
+        let body = Bytes::from_request(request, state)
+            .await
+            .map_err(|e: BytesRejection| problem(e.status(), "Bad body", &e.body_text()))?;
+        serde_json::from_slice(&body).map_err(|e| bad_request(format!("the JSON body: {e}")))
     }
+}
 
+impl Target {
     fn block_target(&self) -> Result<BlockTarget<'_>, String> {
         match (&self.user, &self.ip, &self.endpoint) {
             (Some(user), None, None) => Ok(BlockTarget::User(user)),
@@ -177,15 +178,7 @@ async fn usage(
     }
 }
 
-async fn reset(
-    State(limiter): State<RateLimiter>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let target = match Target::parse(&headers, body) {
-        Ok(t) => t,
-        Err(response) => return *response,
-    };
+async fn reset(State(limiter): State<RateLimiter>, target: Target) -> Response {
     let done = match (&target.user, &target.ip, &target.endpoint, target.seconds) {
         (Some(user), None, None, None) => limiter.reset_user(user).await,
         (None, None, Some(route), None) => limiter.reset_endpoint(route).await,
@@ -197,15 +190,7 @@ async fn reset(
     }
 }
 
-async fn block(
-    State(limiter): State<RateLimiter>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let target = match Target::parse(&headers, body) {
-        Ok(t) => t,
-        Err(response) => return *response,
-    };
+async fn block(State(limiter): State<RateLimiter>, target: Target) -> Response {
     let Some(seconds) = target.seconds else {
         return bad_request("`seconds`: how long the block lasts, is missing".into());
     };
@@ -227,15 +212,7 @@ async fn block(
     }
 }
 
-async fn unblock(
-    State(limiter): State<RateLimiter>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let target = match Target::parse(&headers, body) {
-        Ok(t) => t,
-        Err(response) => return *response,
-    };
+async fn unblock(State(limiter): State<RateLimiter>, target: Target) -> Response {
     if target.seconds.is_some() {
         return bad_request("`seconds` has no meaning for an unblock".into());
     }

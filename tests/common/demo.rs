@@ -42,6 +42,19 @@ pub fn server_command() -> Command {
     command
 }
 
+/// The address a demo started as `child` (its stdout piped) serves on: its first line,
+/// `listening on ADDR`.
+pub fn listening_addr(child: &mut Child) -> String {
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    line.trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("first line {line:?}"))
+        .to_owned()
+}
+
 /// A running demo server, killed when dropped.
 pub struct Demo {
     pub child: Child,
@@ -63,15 +76,7 @@ impl Demo {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("first line {line:?}"))
-            .to_owned();
+        let addr = listening_addr(&mut child);
         Self { child, addr }
     }
 

@@ -182,7 +182,7 @@ async fn every_bad_request_is_a_problem_naming_the_field() {
             "/block",
             r#"{"ip":"not-an-ip","seconds":5}"#,
             400,
-            "JSON body",
+            "`ip`: \"not-an-ip\" is no address",
         ),
         // The user limit is 0: a user block would stop nothing.
         ("/block", r#"{"user":"a","seconds":5}"#, 422, "switched off"),
@@ -210,6 +210,12 @@ async fn every_bad_request_is_a_problem_naming_the_field() {
     assert!(problem["detail"].as_str().unwrap().contains("not both"));
     let (got, _, problem) = admin.get("/usage?ip=nope").await;
     assert_eq!(got.as_u16(), 400, "{problem}");
+    let (got, _, problem) = admin.get("/usage?ip=192.0.2.0/24").await;
+    assert_eq!(got.as_u16(), 400, "{problem}");
+    assert!(problem["detail"]
+        .as_str()
+        .unwrap()
+        .contains("one address at a time"));
 }
 
 #[tokio::test]
