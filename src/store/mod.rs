@@ -203,9 +203,9 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Ends the block of `tier`'s key part `id` at once, and the blocks of every bucket of it:
-    /// the user tier's per-route buckets `id@<route>` (see [`crate::request`]), whatever the
-    /// configuration says now (nothing happens where there is none). Default: an error saying
-    /// that this store does not keep blocks.
+    /// the user tier's per-route buckets `id@<route>` (for routes with a user limit of their
+    /// own), whatever the configuration says now (nothing happens where there is none).
+    /// Default: an error saying that this store does not keep blocks.
     fn unblock(&self, tier: Tier, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
         let _ = (tier, id);
         std::future::ready(Err(no_blocks()))
