@@ -15,8 +15,10 @@ impl RateLimiter {
     /// takes no room (Redis: a key with an expiry; memory: dropped by the next check or sweep
     /// that meets it). It holds on the tier it names in every bucket the configuration counts
     /// that tier in (a user's per-route buckets included), in shadow mode too. On Redis, every
-    /// instance's local denial cache forgets the key, so the next check anywhere meets the
-    /// block; the duration is counted on Redis's clock.
+    /// instance's local denial cache is emptied (pub/sub), so the next check anywhere is
+    /// refused, and named a block once the invalidation has arrived (docs/OPERATIONS.md); the
+    /// duration is counted on Redis's clock, to the millisecond, rounded up. At most
+    /// [`MAX_BLOCK`](crate::MAX_BLOCK).
     ///
     /// ```
     /// use std::time::Duration;
