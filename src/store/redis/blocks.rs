@@ -46,10 +46,16 @@ fn px(duration: Duration) -> i64 {
     i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
+/// The block key beside `tier`'s tier key `key` (as [`RedisStore::key`] makes it); `None` for
+/// the global tier (never blocked). The check builds it from the key it already has.
+pub(super) fn block_key_of(tier: Tier, key: &str) -> Option<String> {
+    (tier != Tier::Global).then(|| companion(key, "block"))
+}
+
 impl RedisStore {
     /// The block key of `tier`'s key part `id`; `None` for the global tier (never blocked).
     pub fn block_key(&self, tier: Tier, id: &str) -> Option<String> {
-        (tier != Tier::Global).then(|| companion(&self.key(tier, id), "block"))
+        block_key_of(tier, &self.key(tier, id))
     }
 
     /// `SET <block key> 1 PX <duration>` (and, for a user's per-route bucket, its place in the

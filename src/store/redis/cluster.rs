@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use super::super::{StoreError, StoreOutcome, StoreRequest, TierCheck};
+use super::blocks;
 use super::script::{self, Found, Reply};
 use super::sharded::Walk;
 use super::RedisStore;
@@ -113,7 +114,7 @@ impl RedisStore {
         base: &mut Option<u64>,
     ) -> Result<(Reply, Found), StoreError> {
         let args = script::args(req, now, std::slice::from_ref(check));
-        let block = self.block_key(check.tier, check.id);
+        let block = blocks::block_key_of(check.tier, key);
         let reply = Reply::parse(&self.inner.eval_one(key, block, args).await?)?;
         let at = *base.get_or_insert(reply.now);
         if reply.blocked.is_some() {

@@ -217,11 +217,11 @@ impl RedisStore {
             return self.check_per_tier(req, &now).await;
         }
         let mut keys: Vec<String> = req.tiers.iter().map(|t| self.key(t.tier, t.id)).collect();
-        keys.extend(
-            req.tiers
-                .iter()
-                .filter_map(|t| self.block_key(t.tier, t.id)),
-        );
+        // The tiers' block keys, after the tiers' keys (see `script.lua`), from those keys.
+        let blocks: Vec<String> = (req.tiers.iter().zip(&keys))
+            .filter_map(|(t, key)| blocks::block_key_of(t.tier, key))
+            .collect();
+        keys.extend(blocks);
         let args = script::args(req, &now, req.tiers);
         let reply: Vec<Value> = inner
             .script
