@@ -18,7 +18,7 @@ use tiered_ratelimit::{
 };
 use tower::ServiceExt;
 
-use crate::common::{limits, RedisCluster, RedisServer, TestBackend};
+use crate::common::{impatient_limiter, limits, RedisCluster, RedisServer, TestBackend};
 
 const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(3600);
@@ -275,13 +275,7 @@ async fn admin_oversized_body_is_problem_json() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timed_out_block_says_it_may_land_and_repeating_settles_it() {
     let server = RedisServer::start();
-    let config = limits(5, 0, 0, MINUTE)
-        .redis_url(server.url())
-        .redis_command_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
-    let limiter = RateLimiter::new(config);
-    limiter.wait_connected().await;
+    let limiter = impatient_limiter(&server).await;
     let admin = admin::router(limiter.clone());
     server.pause();
     let req = Request::post("/block")
@@ -387,13 +381,7 @@ async fn another_instance_refuses_at_its_next_check_and_names_the_block_soon() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_reset_with_redis_down_is_a_503_and_stays_on_redis() {
     let mut server = RedisServer::start();
-    let config = limits(5, 0, 0, MINUTE)
-        .redis_url(server.url())
-        .redis_command_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
-    let limiter = RateLimiter::new(config);
-    limiter.wait_connected().await;
+    let limiter = impatient_limiter(&server).await;
     let admin = admin::router(limiter.clone());
     server.kill();
     let (status, _) = admin_post(

@@ -422,7 +422,12 @@ impl TestBackend {
         let config = self.config(config);
         let limiter = RateLimiter::builder(config).clock(clock.clone()).build();
         limiter.wait_connected().await;
-        assert_eq!(limiter.backend(), self.expected_backend(), "backend up");
+        let cause = limiter.fallback_cause();
+        assert_eq!(
+            limiter.backend(),
+            self.expected_backend(),
+            "backend up: {cause:?}"
+        );
         limiter
     }
 
@@ -492,6 +497,19 @@ pub fn limits(user: u64, endpoint: u64, global: u64, window: Duration) -> RateLi
         .user_limit(user)
         .endpoint_limit(endpoint)
         .global_limit(global)
+}
+
+/// A limiter on `server` (a user limit of 5 in a minute) whose Redis commands give up after
+/// 300 ms, connected: for tests that pause or kill that server under it.
+pub async fn impatient_limiter(server: &RedisServer) -> RateLimiter {
+    let config = limits(5, 0, 0, Duration::from_secs(60))
+        .redis_url(server.url())
+        .redis_command_timeout(Duration::from_millis(300))
+        .build()
+        .expect("valid config");
+    let limiter = RateLimiter::new(config);
+    limiter.wait_connected().await;
+    limiter
 }
 
 /// Runs each named contract test (an `async fn(TestBackend)` in the `contract` module) against

@@ -267,15 +267,7 @@ async fn without_the_right_token_every_admin_route_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_block_that_redis_could_not_take_is_a_503() {
     let mut server = RedisServer::start();
-    let limiter = RateLimiter::builder(
-        limits(5, 0, 0, MINUTE)
-            .redis_url(server.url())
-            .redis_command_timeout(Duration::from_millis(300))
-            .build()
-            .unwrap(),
-    )
-    .build();
-    limiter.wait_connected().await;
+    let limiter = crate::common::impatient_limiter(&server).await;
     let admin = Admin {
         url: serve(limiter).await,
         client: reqwest::Client::new(),
