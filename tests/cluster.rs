@@ -298,6 +298,54 @@ async fn ask_redirections_during_a_migration_are_followed() {
     assert_eq!(l.backend(), Backend::Redis);
 }
 
+/// docs/OPERATIONS.md: while a blocked key's slot migrates, the script runs without the block
+/// key (a multi-key command there answers TRYAGAIN), so the check neither fails nor falls back,
+/// and the counts stay exact; once the slot has moved, with the block key, the block holds again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_in_a_migrating_slot_neither_fails_nor_falls_back() {
+    let cluster = RedisCluster::start();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    // User and global tiers: the per-tier path, where each script carries its block key.
+    let l = limiter(config(&cluster, "mig", 5, 0, 1000), &clock).await;
+    let (key, block) = ("mig:user:alice", "{mig:user:alice}#block");
+    for _ in 0..2 {
+        assert!(l.check("alice", "/").await.allowed());
+    }
+    l.block(tiered_ratelimit::BlockTarget::User("alice"), MINUTE)
+        .await
+        .unwrap();
+    assert!(l.check("alice", "/").await.by_block());
+    // The tier key moves; the block key, in the same slot, stays on the source for now.
+    let migration = Migration::start(&cluster, key);
+    let d = l.check("alice", "/").await;
+    assert_eq!(l.backend(), Backend::Redis, "a migration is not a failure");
+    assert!(
+        d.allowed() && !d.by_block(),
+        "documented: unseen mid-migration: {d:?}"
+    );
+    assert_eq!(
+        d.remaining(),
+        2,
+        "counted exactly on the importing master: {d:?}"
+    );
+    // The block key moves too, the slot is handed over: the block holds again.
+    let src = &cluster.nodes[migration.src];
+    let dst_port = cluster.nodes[migration.dst].port().to_string();
+    ok(src.cli(&[
+        "MIGRATE",
+        "127.0.0.1",
+        &dst_port,
+        "",
+        "0",
+        "5000",
+        "KEYS",
+        block,
+    ]));
+    migration.finish(&cluster);
+    assert!(l.check("alice", "/").await.by_block());
+    assert_eq!(l.backend(), Backend::Redis);
+}
+
 /// A slot in migration, moved by hand as `redis-cli --cluster reshard` does it: the target
 /// imports, the source migrates, the key moves (MIGRATE); `finish` hands the slot over.
 struct Migration {
