@@ -87,12 +87,12 @@ fn main() {
     let n: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(100_000);
     match workload.as_str() {
         "check" => check(n),
-        "router" => serve(router(), None, n),
+        "router" => serve(router().with_state(()), None, n),
         "layer" => {
             let clock = ManualClock::at(Duration::from_secs(1_000_000));
             let limiter = RateLimiter::builder(config()).clock(clock.clone()).build();
             let layer = RateLimitLayer::from_limiter(limiter).user_id_header("x-user-id");
-            serve(router().route_layer(layer), Some(&clock), n);
+            serve(router().route_layer(layer).with_state(()), Some(&clock), n);
         }
         other => {
             eprintln!("unknown workload {other:?}: check, router or layer");
