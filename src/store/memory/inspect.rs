@@ -22,7 +22,7 @@ impl MemoryStore {
 
     /// The oldest entry of one key's log, as a time since the epoch.
     pub fn oldest(&self, tier: Tier, id: &str) -> Option<Duration> {
-        self.with_log(tier, id, |log| log.entries.front().copied())
+        self.with_log(tier, id, |log| log.entries.front())
             .flatten()
             .map(Duration::from_micros)
     }

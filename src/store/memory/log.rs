@@ -4,10 +4,12 @@
 
 use std::collections::VecDeque;
 
+use super::ring::Ring;
+
 /// One key's sliding log: the admitted requests' timestamps (µs since the epoch), oldest first.
 #[derive(Debug, Default)]
 pub(super) struct Log {
-    pub(super) entries: VecDeque<u64>,
+    pub(super) entries: Ring,
     /// Only once a request costing more than 1 was recorded here: running totals, so that a
     /// request of any cost is one entry and the count stays O(1).
     pub(super) costs: Option<Box<Costs>>,
@@ -25,7 +27,7 @@ impl Log {
     /// Drops entries older than `cutoff` (an entry at exactly `cutoff` still counts).
     #[inline]
     pub(super) fn trim(&mut self, cutoff: u64) {
-        while self.entries.front().is_some_and(|&t| t < cutoff) {
+        while self.entries.front().is_some_and(|t| t < cutoff) {
             self.entries.pop_front();
             if let Some(costs) = &mut self.costs {
                 costs.dropped = costs.cumulative.pop_front().unwrap_or(costs.dropped);
@@ -50,8 +52,8 @@ impl Log {
     /// The units live at `cutoff` (entries at or after it) and the oldest of those entries,
     /// read without trimming anything.
     pub(super) fn live(&self, cutoff: u64) -> (u64, Option<u64>) {
-        let gone = self.entries.partition_point(|&t| t < cutoff);
-        let oldest = self.entries.get(gone).copied();
+        let gone = self.entries.partition_point(|t| t < cutoff);
+        let oldest = self.entries.get(gone);
         let units = match &self.costs {
             None => (self.entries.len() - gone) as u64,
             Some(c) => {
@@ -73,7 +75,7 @@ impl Log {
                 .cumulative
                 .partition_point(|&total| total.wrapping_sub(c.dropped) < units),
         };
-        self.entries.get(index).copied()
+        self.entries.get(index)
     }
 
     /// Records one request of `cost` units at `at`: one entry, whatever the cost.
@@ -97,6 +99,6 @@ impl Log {
 
     /// Whether every entry is older than `cutoff`, so that forgetting the log changes nothing.
     pub(super) fn idle(&self, cutoff: u64) -> bool {
-        self.entries.back().is_none_or(|&t| t < cutoff)
+        self.entries.back().is_none_or(|t| t < cutoff)
     }
 }

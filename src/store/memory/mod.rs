@@ -19,6 +19,7 @@ use crate::tier::Tier;
 mod blocks;
 mod inspect;
 mod log;
+mod ring;
 mod sweep;
 mod usage;
 
@@ -234,7 +235,7 @@ impl TierLogs {
                 limit: t.limit,
                 shadow: t.shadow,
                 count: log.count(),
-                oldest: log.entries.front().copied(),
+                oldest: log.entries.front(),
             };
         }
         let facts = &facts[..tiers.len()];
@@ -278,7 +279,7 @@ impl TierLogs {
             let log = h.log();
             // Never record before the newest entry: the log stays sorted even when threads
             // read the clock in one order and lock in another.
-            let at = log.entries.back().map_or(now, |&b| b.max(now));
+            let at = log.entries.back().map_or(now, |b| b.max(now));
             log.record(at, req.cost);
         }
         if new_keys > 0 {

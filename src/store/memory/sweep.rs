@@ -27,7 +27,7 @@ impl TierLogs {
                         costs.cumulative.shrink_to_fit();
                     }
                 }
-                if let Some(&newest) = log.entries.back() {
+                if let Some(newest) = log.entries.back() {
                     earliest_idle =
                         earliest_idle.min(newest.saturating_add(window).saturating_add(1));
                 }

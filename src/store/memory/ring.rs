@@ -1,0 +1,206 @@
+//! [`Ring`]: the storage of a sliding log, a queue of timestamps in a buffer whose capacity is
+//! a power of two, so that an index wraps with a mask instead of a comparison and a subtraction.
+//!
+//! It is what the log needs of `VecDeque<u64>` and no more: push at the back, pop at the
+//! front, read by position, binary search. A log's check does all of that under its lock, on
+//! every request, so the few instructions saved per operation are saved three times a check.
+
+/// A FIFO queue of `u64`, oldest first.
+#[derive(Debug, Default)]
+pub(super) struct Ring {
+    /// Empty, or a power-of-two length.
+    buf: Box<[u64]>,
+    /// Where the oldest value is.
+    head: usize,
+    len: usize,
+}
+
+impl Ring {
+    /// The number of values held.
+    #[inline]
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds nothing.
+    #[inline]
+    pub(super) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// How many values it can hold before it grows.
+    #[inline]
+    pub(super) fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The buffer position of the value at `i` (valid while `buf` is not empty).
+    #[inline]
+    fn slot(&self, i: usize) -> usize {
+        (self.head + i) & (self.buf.len() - 1)
+    }
+
+    /// The value at position `i` (0: the oldest).
+    #[inline]
+    pub(super) fn get(&self, i: usize) -> Option<u64> {
+        (i < self.len).then(|| self.buf[self.slot(i)])
+    }
+
+    /// The oldest value.
+    #[inline]
+    pub(super) fn front(&self) -> Option<u64> {
+        self.get(0)
+    }
+
+    /// The newest value.
+    #[inline]
+    pub(super) fn back(&self) -> Option<u64> {
+        (self.len > 0).then(|| self.buf[self.slot(self.len - 1)])
+    }
+
+    /// Takes the oldest value out.
+    #[inline]
+    pub(super) fn pop_front(&mut self) -> Option<u64> {
+        let value = self.front()?;
+        self.head = self.slot(1);
+        self.len -= 1;
+        Some(value)
+    }
+
+    /// Adds `value` as the newest, doubling the buffer when it is full.
+    #[inline]
+    pub(super) fn push_back(&mut self, value: u64) {
+        if self.len == self.buf.len() {
+            self.grow();
+        }
+        let slot = self.slot(self.len);
+        self.buf[slot] = value;
+        self.len += 1;
+    }
+
+    #[cold]
+    fn grow(&mut self) {
+        self.resize((self.buf.len() * 2).max(4));
+    }
+
+    /// Moves the values, in order, into a buffer of `capacity` (a power of two, ≥ len).
+    fn resize(&mut self, capacity: usize) {
+        let mut buf = vec![0; capacity].into_boxed_slice();
+        for (i, value) in buf.iter_mut().take(self.len).enumerate() {
+            *value = self.buf[self.slot(i)];
+        }
+        self.buf = buf;
+        self.head = 0;
+    }
+
+    /// Gives back the memory it does not need: the smallest power of two that holds the values.
+    pub(super) fn shrink_to_fit(&mut self) {
+        let capacity = if self.len == 0 {
+            0
+        } else {
+            self.len.next_power_of_two()
+        };
+        if capacity < self.buf.len() {
+            self.resize(capacity);
+        }
+    }
+
+    /// Forgets every value (keeping the buffer).
+    pub(super) fn clear(&mut self) {
+        self.head = 0;
+        self.len = 0;
+    }
+
+    /// The number of values, from the oldest, for which `pred` holds (the values must be
+    /// partitioned by it: all that hold first), found by binary search.
+    #[inline]
+    pub(super) fn partition_point(&self, pred: impl Fn(u64) -> bool) -> usize {
+        let (mut lo, mut hi) = (0, self.len);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if pred(self.buf[self.slot(mid)]) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+
+    use super::Ring;
+
+    /// Drives a ring and a `VecDeque` with the same seeded operations, across many wraps and
+    /// resizes, and compares every answer.
+    #[test]
+    fn behaves_as_a_vecdeque() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut ring = Ring::default();
+        let mut model = VecDeque::new();
+        let mut clock = 0u64;
+        for step in 0..200_000 {
+            match next() % 10 {
+                0..=4 => {
+                    clock += next() % 3;
+                    ring.push_back(clock);
+                    model.push_back(clock);
+                }
+                5..=7 => assert_eq!(ring.pop_front(), model.pop_front(), "step {step}"),
+                8 if next() % 50 == 0 => {
+                    ring.shrink_to_fit();
+                    assert!(ring.capacity() >= ring.len());
+                    assert!(ring.capacity() == 0 || ring.capacity().is_power_of_two());
+                }
+                8 if next() % 500 == 0 => {
+                    ring.clear();
+                    model.clear();
+                }
+                _ => {
+                    let cut = clock.saturating_sub(next() % 20);
+                    assert_eq!(
+                        ring.partition_point(|t| t < cut),
+                        model.partition_point(|&t| t < cut),
+                        "step {step}"
+                    );
+                }
+            }
+            assert_eq!(ring.len(), model.len());
+            assert_eq!(ring.is_empty(), model.is_empty());
+            assert_eq!(ring.front(), model.front().copied());
+            assert_eq!(ring.back(), model.back().copied());
+            let i = (next() as usize) % (model.len() + 2);
+            assert_eq!(ring.get(i), model.get(i).copied(), "step {step}");
+        }
+    }
+
+    #[test]
+    fn an_empty_ring_holds_nothing_and_shrinks_to_nothing() {
+        let mut ring = Ring::default();
+        assert_eq!(
+            (ring.front(), ring.back(), ring.pop_front()),
+            (None, None, None)
+        );
+        assert_eq!(ring.partition_point(|_| true), 0);
+        for t in 0..100 {
+            ring.push_back(t);
+        }
+        while ring.pop_front().is_some() {}
+        ring.shrink_to_fit();
+        assert_eq!(ring.capacity(), 0);
+        ring.push_back(7);
+        assert_eq!(
+            (ring.front(), ring.back(), ring.len()),
+            (Some(7), Some(7), 1)
+        );
+    }
+}
