@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use http::request::Parts;
+use http::HeaderMap;
 
 use super::{canonical, ClientIpRule};
 
@@ -36,10 +36,9 @@ impl Default for ChainHeader {
 impl ClientIpRule {
     /// The addresses of the configured header, left to right, across every header line;
     /// `None` for an entry that is not an address.
-    pub(super) fn chain(&self, parts: &Parts) -> Vec<Option<IpAddr>> {
+    pub(super) fn chain(&self, headers: &HeaderMap) -> Vec<Option<IpAddr>> {
         match &self.header {
-            ChainHeader::Forwarded => parts
-                .headers
+            ChainHeader::Forwarded => headers
                 .get_all(http::header::FORWARDED)
                 .iter()
                 .flat_map(|v| v.to_str().unwrap_or("").split(','))
@@ -53,8 +52,7 @@ impl ClientIpRule {
                         .and_then(parse_node)
                 })
                 .collect(),
-            ChainHeader::List(name) => parts
-                .headers
+            ChainHeader::List(name) => headers
                 .get_all(name)
                 .iter()
                 .flat_map(|v| v.to_str().unwrap_or("").split(','))

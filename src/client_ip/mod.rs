@@ -16,7 +16,7 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 
-use http::request::Parts;
+use http::HeaderMap;
 pub(crate) use ipnet::IpNet;
 
 mod chain;
@@ -116,7 +116,7 @@ impl Default for ClientIpRule {
 
 impl ClientIpRule {
     /// The client's address (grouped: IPv6 by prefix) for a request whose peer is `peer`.
-    pub(crate) fn client(&self, parts: &Parts, peer: IpAddr) -> IpAddr {
+    pub(crate) fn client(&self, headers: &HeaderMap, peer: IpAddr) -> IpAddr {
         let peer = canonical(peer);
         let client = match &self.proxies {
             Proxies::None => peer,
@@ -124,7 +124,7 @@ impl ClientIpRule {
                 let trusted = |ip: IpAddr| nets.iter().any(|n| contains(n, ip));
                 if trusted(peer) {
                     let mut chosen = peer;
-                    for hop in self.chain(parts).into_iter().rev() {
+                    for hop in self.chain(headers).into_iter().rev() {
                         match hop {
                             Some(ip) if trusted(ip) => chosen = ip,
                             Some(ip) => {
@@ -142,7 +142,7 @@ impl ClientIpRule {
                 }
             }
             Proxies::Hops(n) => {
-                let chain = self.chain(parts);
+                let chain = self.chain(headers);
                 // chain + [peer]: the client is `n` entries left of the peer.
                 match chain.len().checked_sub(*n) {
                     Some(i) if *n > 0 => chain[i].unwrap_or(peer),
@@ -161,12 +161,12 @@ impl ClientIpRule {
 mod tests {
     use super::*;
 
-    fn parts(headers: &[(&str, &str)]) -> Parts {
+    fn parts(headers: &[(&str, &str)]) -> HeaderMap {
         let mut b = http::Request::builder();
         for (k, v) in headers {
             b = b.header(*k, *v);
         }
-        b.body(()).unwrap().into_parts().0
+        b.body(()).unwrap().into_parts().0.headers
     }
 
     fn ip(s: &str) -> IpAddr {

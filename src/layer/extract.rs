@@ -8,24 +8,62 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use http::request::Parts;
-use http::HeaderName;
+use http::{Extensions, HeaderMap, HeaderName, Request};
 
 use super::RateLimitLayer;
 use crate::request::UserKey;
 
-/// What the layer needs of a request, taken before the request moves into the future.
-pub(crate) enum Endpoint {
-    #[cfg(feature = "axum")]
-    Matched(axum::extract::MatchedPath),
+/// A request's head as the layer reads it: the request's own headers and extensions, or its
+/// taken-apart [`Parts`] when one of the layer's closures needs them (taking a request apart and
+/// putting it back together moves a few hundred bytes, twice).
+#[derive(Clone, Copy)]
+pub(crate) enum Head<'a> {
+    Parts(&'a Parts),
+    Fields(&'a HeaderMap, &'a Extensions),
+}
+
+impl<'a> Head<'a> {
+    /// The head of a whole request, read in place.
+    pub(crate) fn of<B>(request: &'a Request<B>) -> Self {
+        Self::Fields(request.headers(), request.extensions())
+    }
+
+    fn headers(self) -> &'a HeaderMap {
+        match self {
+            Self::Parts(parts) => &parts.headers,
+            Self::Fields(headers, _) => headers,
+        }
+    }
+
+    fn extensions(self) -> &'a Extensions {
+        match self {
+            Self::Parts(parts) => &parts.extensions,
+            Self::Fields(_, extensions) => extensions,
+        }
+    }
+
+    /// The `Parts`, for a closure; `None` only if the layer read the request in place, which it
+    /// does only when it has no closure that takes `Parts` ([`RateLimitLayer::needs_parts`]).
+    fn parts(self) -> Option<&'a Parts> {
+        match self {
+            Self::Parts(parts) => Some(parts),
+            Self::Fields(..) => None,
+        }
+    }
+}
+
+/// The route a request is counted under, borrowed from the request where it can be.
+pub(crate) enum Endpoint<'a> {
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    Matched(&'a str),
     Named(String),
     Unmatched,
 }
 
-impl Endpoint {
+impl Endpoint<'_> {
     pub(crate) fn as_str(&self) -> Option<&str> {
         match self {
-            #[cfg(feature = "axum")]
-            Self::Matched(path) => Some(path.as_str()),
+            Self::Matched(path) => Some(path),
             Self::Named(name) => Some(name),
             Self::Unmatched => None,
         }
@@ -33,37 +71,61 @@ impl Endpoint {
 }
 
 impl RateLimitLayer {
-    pub(crate) fn endpoint_of(&self, parts: &Parts) -> Endpoint {
+    /// Whether a closure of the layer takes the request's `Parts` (the user id, endpoint or
+    /// cost closures); if not, the layer reads the request in place.
+    pub(crate) fn needs_parts(&self) -> bool {
+        matches!(
+            self.user_id,
+            UserIdSource::Borrowing(_) | UserIdSource::Owning(_)
+        ) || self.endpoint.is_some()
+            || self.cost.is_some()
+    }
+
+    pub(crate) fn endpoint_of<'a>(&self, head: Head<'a>) -> Endpoint<'a> {
         if let Some(f) = &self.endpoint {
-            return f(parts).map_or(Endpoint::Unmatched, Endpoint::Named);
+            return head
+                .parts()
+                .and_then(|parts| f(parts))
+                .map_or(Endpoint::Unmatched, Endpoint::Named);
         }
         #[cfg(feature = "axum")]
-        if let Some(path) = parts.extensions.get::<axum::extract::MatchedPath>() {
-            return Endpoint::Matched(path.clone());
+        if let Some(path) = head.extensions().get::<axum::extract::MatchedPath>() {
+            return Endpoint::Matched(path.as_str());
         }
         Endpoint::Unmatched
+    }
+
+    /// The request's cost: the cost closure's answer, else 1.
+    pub(crate) fn cost_of(&self, head: Head<'_>) -> u64 {
+        match (&self.cost, head.parts()) {
+            (Some(f), Some(parts)) => f(parts),
+            _ => 1,
+        }
+    }
+
+    /// The client's address (after the trusted proxies), from the peer's.
+    pub(crate) fn client_ip_of(&self, head: Head<'_>) -> Option<IpAddr> {
+        peer_ip(head.extensions()).map(|peer| self.client_ip.client(head.headers(), peer))
     }
 }
 
 /// The peer's address, from axum's `ConnectInfo` (or `MockConnectInfo`).
 #[cfg(feature = "axum")]
-pub(crate) fn peer_ip(parts: &Parts) -> Option<IpAddr> {
+fn peer_ip(extensions: &Extensions) -> Option<IpAddr> {
     use axum::extract::connect_info::{ConnectInfo, MockConnectInfo};
     use std::net::SocketAddr;
-    parts
-        .extensions
+    extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip())
         .or_else(|| {
-            parts
-                .extensions
+            extensions
                 .get::<MockConnectInfo<SocketAddr>>()
                 .map(|c| c.0.ip())
         })
 }
 
 #[cfg(not(feature = "axum"))]
-pub(crate) fn peer_ip(_parts: &Parts) -> Option<IpAddr> {
+fn peer_ip(_extensions: &Extensions) -> Option<IpAddr> {
     None
 }
 
@@ -87,15 +149,15 @@ pub(crate) type OwningFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 impl UserIdSource {
     /// The user id of a request, borrowed from it where the source allows.
     #[inline]
-    pub(crate) fn of<'p>(&self, parts: &'p Parts) -> Option<Cow<'p, str>> {
+    pub(crate) fn of<'p>(&self, head: Head<'p>) -> Option<Cow<'p, str>> {
         match self {
             Self::Absent => None,
-            Self::Header(name) => match parts.headers.get(name)?.to_str() {
+            Self::Header(name) => match head.headers().get(name)?.to_str() {
                 Ok("") | Err(_) => None,
                 Ok(id) => Some(Cow::Borrowed(id)),
             },
-            Self::Borrowing(f) => f(parts),
-            Self::Owning(f) => f(parts).map(Cow::Owned),
+            Self::Borrowing(f) => f(head.parts()?),
+            Self::Owning(f) => f(head.parts()?).map(Cow::Owned),
         }
     }
 }

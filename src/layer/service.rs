@@ -1,13 +1,13 @@
 //! [`RateLimit`]: the service [`RateLimitLayer`](super::RateLimitLayer) makes.
 
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::request::Parts;
 use http::{Request, Response};
 use tower_service::Service;
 
 use super::body::ResponseBody;
-use super::extract::{self, user_key};
+use super::extract::{self, user_key, Head};
 use super::future::ResponseFuture;
 use super::rejection::{reject, with_headers};
 use super::RateLimitLayer;
@@ -17,10 +17,13 @@ use crate::limiter::{Pending, RateLimiter};
 use crate::request::CheckRequest;
 
 /// The service made by [`RateLimitLayer`].
+///
+/// Routers clone their services for every request (axum's `Route` does), so the layer's
+/// settings sit behind one `Arc`: a clone is the inner service's clone and one increment.
 #[derive(Clone, Debug)]
 pub struct RateLimit<S> {
     pub(crate) inner: S,
-    pub(crate) layer: RateLimitLayer,
+    pub(crate) layer: Arc<RateLimitLayer>,
 }
 
 impl<S> RateLimit<S> {
@@ -46,17 +49,23 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let (parts, body) = request.into_parts();
         let span = tracing::debug_span!(
             "rate_limit",
             tier = tracing::field::Empty,
             decision = tracing::field::Empty
         );
         // In memory the decision is made here and now, with the user id borrowed from the
-        // request: no allocation, no boxed future, no service clone.
+        // request: no allocation, no boxed future, no service clone. The request is taken
+        // apart only for a closure that takes its `Parts`.
         // The header style comes with the decision, from the configuration the check used.
-        let (decided, style) = span.in_scope(|| self.check(&parts));
-        let request = Request::from_parts(parts, body);
+        let (request, (decided, style)) = if self.layer.needs_parts() {
+            let (parts, body) = request.into_parts();
+            let checked = span.in_scope(|| self.check(Head::Parts(&parts)));
+            (Request::from_parts(parts, body), checked)
+        } else {
+            let checked = span.in_scope(|| self.check(Head::of(&request)));
+            (request, checked)
+        };
         let pending = match decided {
             Ok(decision) => {
                 record_on(&span, &decision);
@@ -93,11 +102,11 @@ impl<S> RateLimit<S> {
     /// Checks a request's head: the decision when the store answers at once, else the
     /// pending check for the store that waits.
     #[inline]
-    fn check(&self, parts: &Parts) -> (Result<Decision, Pending>, HeaderStyle) {
+    fn check(&self, head: Head<'_>) -> (Result<Decision, Pending>, HeaderStyle) {
         let layer = &self.layer;
-        let user_id = layer.user_id.of(parts);
+        let user_id = layer.user_id.of(head);
         let ip = if user_id.is_none() {
-            let ip = extract::peer_ip(parts).map(|peer| layer.client_ip.client(parts, peer));
+            let ip = layer.client_ip_of(head);
             if ip.is_none() {
                 extract::warn_no_user_once();
             }
@@ -105,15 +114,20 @@ impl<S> RateLimit<S> {
         } else {
             None
         };
-        let endpoint = layer.endpoint_of(parts);
-        let cost = layer.cost.as_ref().map_or(1, |f| f(parts));
-        let check =
-            CheckRequest::new(user_key(user_id.as_deref(), ip), endpoint.as_str()).with_cost(cost);
+        let endpoint = layer.endpoint_of(head);
+        let check = CheckRequest::new(user_key(user_id.as_deref(), ip), endpoint.as_str())
+            .with_cost(layer.cost_of(head));
         layer.limiter.check_now(check)
     }
 }
 
+/// Records the decision on the check's span, if any subscriber takes it (a disabled span still
+/// looks its fields up by name, a few hundred instructions a request for nothing).
+#[inline]
 fn record_on(span: &tracing::Span, decision: &Decision) {
+    if span.is_disabled() {
+        return;
+    }
     let (d, tier) = crate::observe::labels(decision);
     span.record("decision", d);
     span.record("tier", tier);
