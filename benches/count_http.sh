@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Instructions per request of the HTTP comparison's four servers, counted by valgrind's
+# callgrind in process (benches/examples/count_http.rs): the user-space work wrk's figures
+# hold, without the kernel's TCP work and without noise. Prints each mode's instructions per
+# request and ours against the others.
+#
+#   benches/count_http.sh                 # N=20000
+#   N=50000 benches/count_http.sh
+#
+# Needs valgrind (Debian: apt-get install valgrind).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+n=${N:-20000}
+command -v valgrind >/dev/null || { echo "valgrind is missing: apt-get install valgrind" >&2; exit 1; }
+cargo build --quiet --release -p tiered-ratelimit-benches --example count_http
+bin=target/release/examples/count_http
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+count() {
+  valgrind --tool=callgrind --callgrind-out-file="$out/cg.out" "$bin" "$1" "$2" >/dev/null 2>&1
+  awk '/^summary:/ {print $2}' "$out/cg.out"
+}
+
+declare -A per
+for mode in bare headers ours governor; do
+  a=$(count "$mode" "$n")
+  b=$(count "$mode" $((2 * n)))
+  per[$mode]=$(((b - a) / n))
+  printf '%-9s %7d instructions per request\n' "$mode" "${per[$mode]}"
+done
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+echo "ours / headers:  $(ratio "${per[ours]}" "${per[headers]}")x the instructions"
+echo "ours / governor: $(ratio "${per[ours]}" "${per[governor]}")x the instructions"
+echo "layer's own work: ours $((per[ours] - per[bare])), tower_governor $((per[governor] - per[bare])) (each minus bare)"

@@ -1,0 +1,68 @@
+//! Instruction-count harness of the HTTP comparison: N requests through one of `bench_http`'s
+//! four servers (`bare`, `headers`, `ours`, `governor`), called in process (no socket, no
+//! runtime: every future here is ready at once), for `valgrind --tool=callgrind` to count.
+//! `benches/count_http.sh` runs each mode with N and 2N requests and divides the difference by
+//! N, so that start-up cancels out: the instructions one request costs in user space, without
+//! the kernel's TCP work that wrk's figures also hold.
+//!
+//! ```text
+//! cargo build --release -p tiered-ratelimit-benches --example count_http
+//! valgrind --tool=callgrind target/release/examples/count_http ours 20000
+//! ```
+//!
+//! Each request is `GET /` with `x-user-id: alice`, through the router finished once with
+//! `with_state(())` as `axum::serve` does, so that routes are not rebuilt per request.
+
+use std::future::Future;
+use std::pin::pin;
+use std::process::ExitCode;
+use std::task::{Context, Poll, Waker};
+
+use axum::body::Body;
+use http::Request;
+use tower::Service;
+
+#[path = "shared/http_app.rs"]
+mod http_app;
+
+use http_app::{app, Mode};
+
+fn ready<F: Future>(f: F) -> F::Output {
+    let mut f = pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("every server here answers at once"),
+    }
+}
+
+fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let (Some(mode), Some(n)) = (
+        args.next().as_deref().and_then(Mode::parse),
+        args.next().and_then(|n| n.parse::<u64>().ok()),
+    ) else {
+        eprintln!("usage: count_http bare|headers|ours|governor N");
+        return ExitCode::from(2);
+    };
+    let mut router = match app(mode) {
+        Ok(router) => router.with_state(()),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut ok = 0u64;
+    for _ in 0..n {
+        let request = Request::get("/")
+            .header("x-user-id", "alice")
+            .body(Body::empty())
+            .expect("valid request");
+        let response = ready(router.call(request)).expect("infallible");
+        ok += u64::from(response.status().is_success());
+    }
+    if ok != n {
+        eprintln!("error: {} of {n} requests were not answered 200", n - ok);
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,110 @@
+//! The four servers of the HTTP comparison, shared by `bench_http` (served over TCP for wrk)
+//! and `count_http` (called in process, for callgrind): an axum hello-world (`GET /` answers
+//! `hello`) bare, bare writing our two headers, behind our `RateLimitLayer`, or behind
+//! `tower_governor`, with limits never reached.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::Router;
+use http::Request;
+use tiered_ratelimit::{RateLimitConfig, RateLimitLayer};
+use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::key_extractor::KeyExtractor;
+use tower_governor::{GovernorError, GovernorLayer};
+
+/// Limits never reached: every request takes the admitted path.
+const HUGE: u64 = 1 << 40;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Bare,
+    /// Bare axum whose handler writes the same two headers as ours (the baseline).
+    Headers,
+    Ours,
+    Governor,
+}
+
+impl Mode {
+    /// The mode named `name` on the command line.
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "bare" => Self::Bare,
+            "headers" => Self::Headers,
+            "ours" => Self::Ours,
+            "governor" => Self::Governor,
+            _ => return None,
+        })
+    }
+}
+
+/// The user id for tower_governor: the `x-user-id` header (ours reads the same header with
+/// `user_id_header`, borrowed).
+fn header_user(headers: &http::HeaderMap) -> Option<String> {
+    let id = headers.get("x-user-id")?.to_str().ok()?;
+    (!id.is_empty()).then(|| id.to_owned())
+}
+
+/// tower_governor's key: the `x-user-id` header, as our user tier sees it.
+#[derive(Clone, Copy, Debug)]
+struct UserHeader;
+
+impl KeyExtractor for UserHeader {
+    type Key = String;
+
+    fn extract<T>(&self, req: &Request<T>) -> Result<String, GovernorError> {
+        header_user(req.headers()).ok_or(GovernorError::UnableToExtractKey)
+    }
+}
+
+pub fn app(mode: Mode) -> Result<Router, String> {
+    let router = Router::new().route("/", get(|| async { "hello" }));
+    Ok(match mode {
+        Mode::Bare => router,
+        Mode::Headers => Router::new().route(
+            "/",
+            get(|| async {
+                // The two headers ours sends on an admitted request, a remaining count of the
+                // same size (limits of 2^40, as ours).
+                let remaining = http::HeaderValue::from(HUGE - 1);
+                (
+                    [
+                        (
+                            http::HeaderName::from_static("x-ratelimit-remaining"),
+                            remaining,
+                        ),
+                        (
+                            http::header::RETRY_AFTER,
+                            http::HeaderValue::from_static("0"),
+                        ),
+                    ],
+                    "hello",
+                )
+            }),
+        ),
+        Mode::Ours => {
+            let config = RateLimitConfig::builder()
+                .window(Duration::from_secs(1))
+                .user_limit(HUGE)
+                .endpoint_limit(HUGE)
+                .global_limit(HUGE)
+                .build()
+                .map_err(|e| format!("config: {e}"))?;
+            router.route_layer(RateLimitLayer::new(config).user_id_header("x-user-id"))
+        }
+        Mode::Governor => {
+            // per_nanosecond(1): one cell back every nanosecond (per_second(n) would be one
+            // every n seconds); a burst of u32::MAX cells: 4.3 s of credit, never used up.
+            let config = GovernorConfigBuilder::default()
+                .per_nanosecond(1)
+                .burst_size(u32::MAX)
+                .key_extractor(UserHeader)
+                .finish()
+                .ok_or("tower_governor: zero period or burst")?;
+            router.route_layer(GovernorLayer {
+                config: Arc::new(config),
+            })
+        }
+    })
+}
