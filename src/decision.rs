@@ -123,30 +123,29 @@ impl Decision {
         self
     }
 
-    /// The request's cost; when the blocking tier's limit is below it, that is the reason.
+    /// Sets the request's cost; when the blocking tier's limit is below it, that is the reason.
+    /// In place, as [`set_tiers`](Self::set_tiers): a decision is large to move.
     #[inline]
-    pub(crate) fn with_cost(mut self, cost: u64) -> Self {
+    pub(crate) fn set_cost(&mut self, cost: u64) {
         self.cost = cost;
         self.cost_limit = self
             .blocked_by
             .filter(|_| !self.by_block)
             .and_then(|tier| self.limit(tier))
             .filter(|&limit| limit < cost);
-        self
     }
 
-    /// The tiers that applied, with their limits, and the window.
+    /// Sets the tiers that applied, with their limits, and the window.
     #[inline]
-    pub(crate) fn with_tiers(
-        mut self,
+    pub(crate) fn set_tiers(
+        &mut self,
         tiers: impl IntoIterator<Item = (Tier, u64)>,
         window: Duration,
-    ) -> Self {
+    ) {
         for (tier, limit) in tiers {
             self.limits[tier as usize] = limit;
         }
         self.window = window;
-        self
     }
 
     /// Whether the request may go on.
@@ -315,7 +314,8 @@ mod tests {
 
     #[test]
     fn limits_are_reported_per_tier() {
-        let d = Decision::admit(3).with_tiers(
+        let mut d = Decision::admit(3);
+        d.set_tiers(
             [(Tier::User, 5), (Tier::Global, 100)],
             Duration::from_secs(60),
         );

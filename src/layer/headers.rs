@@ -124,7 +124,10 @@ mod tests {
     #[test]
     fn headers_of_a_denial_round_up() {
         let window = Duration::from_secs(60);
-        let limited = |d: Decision| d.with_tiers([(Tier::User, 5)], window);
+        let limited = |mut d: Decision| {
+            d.set_tiers([(Tier::User, 5)], window);
+            d
+        };
         let d = limited(Decision::deny(Tier::User, Duration::from_millis(1500)));
         let h = to_header_map(&d, HeaderStyle::Legacy);
         assert_eq!(h[&X_RATELIMIT_REMAINING], "0");

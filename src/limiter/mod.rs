@@ -39,9 +39,10 @@ fn conclude(
     backend: &'static str,
     req: &StoreRequest<'_>,
 ) -> Decision {
-    decide(outcome, backend)
-        .with_tiers(req.tiers.iter().map(|t| (t.tier, t.limit)), req.window)
-        .with_cost(req.cost)
+    let mut decision = decide(outcome, backend);
+    decision.set_tiers(req.tiers.iter().map(|t| (t.tier, t.limit)), req.window);
+    decision.set_cost(req.cost);
+    decision
 }
 
 /// The decision for a store's answer; a failing store lets the request through.
