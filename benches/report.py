@@ -88,12 +88,13 @@ def plot(memory_rows, http_rows, redis_rows):
         ax.legend(fontsize=8)
     if http_rows:
         ax = next(ax_iter)
-        modes = ["bare", "ours", "governor"]
+        colors = {"bare": "grey", "headers": "silver", "ours": "tab:blue", "governor": "tab:orange"}
+        modes = [m for m in colors if any(r["mode"] == m for r in http_rows)]
         medians = []
         for m in modes:
             vals = [float(r["requests_per_sec"]) for r in http_rows if r["mode"] == m]
-            medians.append(statistics.median(vals) if vals else 0)
-        ax.bar(modes, medians, color=["grey", "tab:blue", "tab:orange"])
+            medians.append(statistics.median(vals))
+        ax.bar(modes, medians, color=[colors[m] for m in modes])
         ax.set_ylabel("requests/s (higher is better)")
         ax.set_title("axum hello-world under wrk")
     if redis_rows:
