@@ -12,7 +12,6 @@
 //! take another user's key, an address's key, or (with the tier in the key) another tier's.
 
 use std::borrow::Cow;
-use std::fmt::Write;
 
 use sha2::{Digest, Sha256};
 
@@ -70,7 +69,9 @@ pub fn encode_id(id: &str) -> Cow<'_, str> {
 }
 
 /// The key part of an id that cannot stand as it is: percent-encoded, or hashed when long.
-#[cold]
+///
+/// Not rare: a route template with a parameter (`/items/{id}`) comes here on every check, so
+/// the hex digits are written from a table, not through `fmt`.
 #[inline(never)]
 fn encode_other(id: &str) -> String {
     let bytes = id.as_bytes();
@@ -79,7 +80,7 @@ fn encode_other(id: &str) -> String {
         let mut out = String::with_capacity(1 + 64);
         out.push('#');
         for b in digest {
-            let _ = write!(out, "{b:02x}");
+            push_hex(&mut out, b, b"0123456789abcdef");
         }
         return out;
     }
@@ -88,10 +89,18 @@ fn encode_other(id: &str) -> String {
         if is_safe(b) {
             out.push(char::from(b));
         } else {
-            let _ = write!(out, "%{b:02X}");
+            out.push('%');
+            push_hex(&mut out, b, b"0123456789ABCDEF");
         }
     }
     out
+}
+
+/// Appends `b` as two hex digits taken from `digits`.
+#[inline]
+fn push_hex(out: &mut String, b: u8, digits: &[u8; 16]) {
+    out.push(char::from(digits[usize::from(b >> 4)]));
+    out.push(char::from(digits[usize::from(b & 0x0f)]));
 }
 
 /// The key part of a client address: `@` and the address.
