@@ -6,13 +6,22 @@
 //! every request, so the few instructions saved per operation are saved three times a check.
 
 /// A FIFO queue of `u64`, oldest first.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(super) struct Ring {
     /// Empty, or a power-of-two length.
     buf: Box<[u64]>,
     /// Where the oldest value is.
     head: usize,
     len: usize,
+}
+
+/// The values, oldest first (as a `VecDeque` prints), not the buffer's slots.
+impl std::fmt::Debug for Ring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries((0..self.len).map(|i| self.buf[self.slot(i)]))
+            .finish()
+    }
 }
 
 impl Ring {
@@ -181,6 +190,25 @@ mod tests {
             let i = (next() as usize) % (model.len() + 2);
             assert_eq!(ring.get(i), model.get(i).copied(), "step {step}");
         }
+    }
+
+    #[test]
+    fn prints_its_values_oldest_first_as_a_vecdeque_does() {
+        let mut ring = Ring::default();
+        let mut model = VecDeque::new();
+        for t in 0..7 {
+            ring.push_back(t);
+            model.push_back(t);
+        }
+        for _ in 0..3 {
+            ring.pop_front();
+            model.pop_front();
+        }
+        for t in 7..10 {
+            ring.push_back(t);
+            model.push_back(t);
+        }
+        assert_eq!(format!("{ring:?}"), format!("{model:?}"));
     }
 
     #[test]
