@@ -71,18 +71,26 @@ impl Endpoint<'_> {
 }
 
 impl RateLimitLayer {
+    /// The user id of a request, borrowed from it where the source allows.
+    #[inline]
+    pub(crate) fn user_id_of<'p>(&self, head: Head<'p>) -> Option<Cow<'p, str>> {
+        self.settings.user_id.of(head)
+    }
+
     /// Whether a closure of the layer takes the request's `Parts` (the user id, endpoint or
     /// cost closures); if not, the layer reads the request in place.
+    #[inline]
     pub(crate) fn needs_parts(&self) -> bool {
+        let s = &*self.settings;
         matches!(
-            self.user_id,
+            s.user_id,
             UserIdSource::Borrowing(_) | UserIdSource::Owning(_)
-        ) || self.endpoint.is_some()
-            || self.cost.is_some()
+        ) || s.endpoint.is_some()
+            || s.cost.is_some()
     }
 
     pub(crate) fn endpoint_of<'a>(&self, head: Head<'a>) -> Endpoint<'a> {
-        if let Some(f) = &self.endpoint {
+        if let Some(f) = &self.settings.endpoint {
             return head
                 .parts()
                 .and_then(|parts| f(parts))
@@ -97,7 +105,7 @@ impl RateLimitLayer {
 
     /// The request's cost: the cost closure's answer, else 1.
     pub(crate) fn cost_of(&self, head: Head<'_>) -> u64 {
-        match (&self.cost, head.parts()) {
+        match (&self.settings.cost, head.parts()) {
             (Some(f), Some(parts)) => f(parts),
             _ => 1,
         }
@@ -105,7 +113,7 @@ impl RateLimitLayer {
 
     /// The client's address (after the trusted proxies), from the peer's.
     pub(crate) fn client_ip_of(&self, head: Head<'_>) -> Option<IpAddr> {
-        peer_ip(head.extensions()).map(|peer| self.client_ip.client(head.headers(), peer))
+        peer_ip(head.extensions()).map(|peer| self.settings.client_ip.client(head.headers(), peer))
     }
 }
 

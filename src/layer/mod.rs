@@ -97,23 +97,33 @@ type CostFn = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
 #[derive(Clone)]
 #[must_use]
 pub struct RateLimitLayer {
+    /// Behind one `Arc`: routers clone the layer's service for every request (and axum makes
+    /// it anew per request until the router is finished with `with_state`), so a clone is one
+    /// increment.
+    settings: Arc<Settings>,
+}
+
+/// What a [`RateLimitLayer`] is made of.
+#[derive(Clone)]
+struct Settings {
     limiter: RateLimiter,
     user_id: UserIdSource,
     endpoint: Option<PartsFn>,
-    client_ip: Arc<ClientIpRule>,
+    client_ip: ClientIpRule,
     rejection: Option<RejectFn>,
     cost: Option<CostFn>,
 }
 
 impl fmt::Debug for RateLimitLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &*self.settings;
         f.debug_struct("RateLimitLayer")
-            .field("limiter", &self.limiter)
-            .field("user_id", &self.user_id)
-            .field("endpoint", &self.endpoint.as_ref().map(|_| "closure"))
-            .field("client_ip", &self.client_ip)
-            .field("rejection", &self.rejection.as_ref().map(|_| "closure"))
-            .field("cost", &self.cost.as_ref().map(|_| "closure"))
+            .field("limiter", &s.limiter)
+            .field("user_id", &s.user_id)
+            .field("endpoint", &s.endpoint.as_ref().map(|_| "closure"))
+            .field("client_ip", &s.client_ip)
+            .field("rejection", &s.rejection.as_ref().map(|_| "closure"))
+            .field("cost", &s.cost.as_ref().map(|_| "closure"))
             .finish()
     }
 }
@@ -127,13 +137,20 @@ impl RateLimitLayer {
     /// A layer on an existing limiter (a clone shares its state).
     pub fn from_limiter(limiter: RateLimiter) -> Self {
         Self {
-            limiter,
-            user_id: UserIdSource::Absent,
-            endpoint: None,
-            client_ip: Arc::default(),
-            rejection: None,
-            cost: None,
+            settings: Arc::new(Settings {
+                limiter,
+                user_id: UserIdSource::Absent,
+                endpoint: None,
+                client_ip: ClientIpRule::default(),
+                rejection: None,
+                cost: None,
+            }),
         }
+    }
+
+    /// The settings, to change (copied first if a clone shares them).
+    fn settings_mut(&mut self) -> &mut Settings {
+        Arc::make_mut(&mut self.settings)
     }
 
     /// How many units a request spends (default 1), from its method, route, declared body
@@ -156,7 +173,7 @@ impl RateLimitLayer {
     where
         F: Fn(&Parts) -> u64 + Send + Sync + 'static,
     {
-        self.cost = Some(Arc::new(f));
+        self.settings_mut().cost = Some(Arc::new(f));
         self
     }
 
@@ -177,7 +194,7 @@ impl RateLimitLayer {
     where
         F: Fn(&Decision) -> Response<Bytes> + Send + Sync + 'static,
     {
-        self.rejection = Some(Arc::new(f));
+        self.settings_mut().rejection = Some(Arc::new(f));
         self
     }
 
@@ -207,7 +224,7 @@ impl RateLimitLayer {
                  client can pick its own rate-limit bucket; name your proxies' networks instead"
             );
         }
-        Arc::make_mut(&mut self.client_ip).proxies = Proxies::Networks(networks);
+        self.settings_mut().client_ip.proxies = Proxies::Networks(networks);
         self
     }
 
@@ -224,7 +241,7 @@ impl RateLimitLayer {
     ///     .client_ip_header(http::header::FORWARDED);
     /// ```
     pub fn client_ip_header(mut self, name: http::HeaderName) -> Self {
-        Arc::make_mut(&mut self.client_ip).header = crate::client_ip::ChainHeader::named(name);
+        self.settings_mut().client_ip.header = crate::client_ip::ChainHeader::named(name);
         self
     }
 
@@ -232,7 +249,7 @@ impl RateLimitLayer {
     /// first of them appended: `hops` entries from the right of `Forwarded` /
     /// `X-Forwarded-For`. 0 means no proxy (the default).
     pub fn trusted_hops(mut self, hops: usize) -> Self {
-        Arc::make_mut(&mut self.client_ip).proxies = if hops == 0 {
+        self.settings_mut().client_ip.proxies = if hops == 0 {
             Proxies::None
         } else {
             Proxies::Hops(hops)
@@ -244,7 +261,7 @@ impl RateLimitLayer {
     /// per /64, since one client can pick any address in its own. IPv4-mapped IPv6 addresses
     /// are treated as IPv4, one bucket per address.
     pub fn ipv6_prefix(mut self, bits: u8) -> Self {
-        Arc::make_mut(&mut self.client_ip).ipv6_prefix = bits.min(128);
+        self.settings_mut().client_ip.ipv6_prefix = bits.min(128);
         self
     }
 
@@ -257,7 +274,7 @@ impl RateLimitLayer {
     where
         F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
     {
-        self.user_id = UserIdSource::Owning(Arc::new(f));
+        self.settings_mut().user_id = UserIdSource::Owning(Arc::new(f));
         self
     }
 
@@ -281,7 +298,7 @@ impl RateLimitLayer {
         let name = name.as_ref();
         let header = http::HeaderName::try_from(name)
             .unwrap_or_else(|_| panic!("user_id_header: {name:?} is not a valid header name"));
-        self.user_id = UserIdSource::Header(header);
+        self.settings_mut().user_id = UserIdSource::Header(header);
         self
     }
 
@@ -303,7 +320,7 @@ impl RateLimitLayer {
     where
         F: for<'a> Fn(&'a Parts) -> Option<Cow<'a, str>> + Send + Sync + 'static,
     {
-        self.user_id = UserIdSource::Borrowing(Arc::new(f));
+        self.settings_mut().user_id = UserIdSource::Borrowing(Arc::new(f));
         self
     }
 
@@ -313,13 +330,19 @@ impl RateLimitLayer {
     where
         F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
     {
-        self.endpoint = Some(Arc::new(f));
+        self.settings_mut().endpoint = Some(Arc::new(f));
         self
     }
 
     /// The limiter behind the layer.
+    #[inline]
     pub fn limiter(&self) -> &RateLimiter {
-        &self.limiter
+        &self.settings.limiter
+    }
+
+    /// The closure that answers a denied request, if the layer has one.
+    pub(crate) fn rejection(&self) -> Option<&RejectFn> {
+        self.settings.rejection.as_ref()
     }
 }
 
@@ -329,7 +352,7 @@ impl<S> Layer<S> for RateLimitLayer {
     fn layer(&self, inner: S) -> Self::Service {
         RateLimit {
             inner,
-            layer: Arc::new(self.clone()),
+            layer: self.clone(),
         }
     }
 }

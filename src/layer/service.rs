@@ -1,6 +1,5 @@
 //! [`RateLimit`]: the service [`RateLimitLayer`](super::RateLimitLayer) makes.
 
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
@@ -17,19 +16,16 @@ use crate::limiter::{Pending, RateLimiter};
 use crate::request::CheckRequest;
 
 /// The service made by [`RateLimitLayer`].
-///
-/// Routers clone their services for every request (axum's `Route` does), so the layer's
-/// settings sit behind one `Arc`: a clone is the inner service's clone and one increment.
 #[derive(Clone, Debug)]
 pub struct RateLimit<S> {
     pub(crate) inner: S,
-    pub(crate) layer: Arc<RateLimitLayer>,
+    pub(crate) layer: RateLimitLayer,
 }
 
 impl<S> RateLimit<S> {
     /// The limiter behind the service.
     pub fn limiter(&self) -> &RateLimiter {
-        &self.layer.limiter
+        self.layer.limiter()
     }
 }
 
@@ -70,7 +66,7 @@ where
             Ok(decision) => {
                 record_on(&span, &decision);
                 if !decision.allowed() {
-                    let rejection = self.layer.rejection.as_ref();
+                    let rejection = self.layer.rejection();
                     return ResponseFuture::rejected(reject(&decision, style, rejection));
                 }
                 return ResponseFuture::inner(self.inner.call(request), decision, style);
@@ -82,8 +78,8 @@ where
         // a boxed future.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let limiter = self.layer.limiter.clone();
-        let rejection = self.layer.rejection.clone();
+        let limiter = self.layer.limiter().clone();
+        let rejection = self.layer.rejection().cloned();
         let recorder = span.clone();
         let future = async move {
             let decision = limiter.finish(pending).await;
@@ -104,7 +100,7 @@ impl<S> RateLimit<S> {
     #[inline]
     fn check(&self, head: Head<'_>) -> (Result<Decision, Pending>, HeaderStyle) {
         let layer = &self.layer;
-        let user_id = layer.user_id.of(head);
+        let user_id = layer.user_id_of(head);
         let ip = if user_id.is_none() {
             let ip = layer.client_ip_of(head);
             if ip.is_none() {
@@ -117,7 +113,7 @@ impl<S> RateLimit<S> {
         let endpoint = layer.endpoint_of(head);
         let check = CheckRequest::new(user_key(user_id.as_deref(), ip), endpoint.as_str())
             .with_cost(layer.cost_of(head));
-        layer.limiter.check_now(check)
+        layer.limiter().check_now(check)
     }
 }
 
