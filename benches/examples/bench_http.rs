@@ -25,7 +25,7 @@ use std::process::ExitCode;
 #[path = "shared/http_app.rs"]
 mod http_app;
 
-use http_app::{app, Mode};
+use http_app::{app_with_clock, Mode};
 
 const USAGE: &str = "\
 usage: bench_http --mode bare|headers|ours|governor [--listen ADDR] [--workers N]
@@ -92,7 +92,7 @@ async fn shutdown_signal() {
 }
 
 async fn serve(args: Args) -> Result<(), String> {
-    let router = app(args.mode)?;
+    let router = app_with_clock(args.mode, None)?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use axum::routing::get;
 use axum::Router;
 use http::Request;
-use tiered_ratelimit::{RateLimitConfig, RateLimitLayer};
+use tiered_ratelimit::{ManualClock, RateLimitConfig, RateLimitLayer, RateLimiter};
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::key_extractor::KeyExtractor;
 use tower_governor::{GovernorError, GovernorLayer};
@@ -58,7 +58,9 @@ impl KeyExtractor for UserHeader {
     }
 }
 
-pub fn app(mode: Mode) -> Result<Router, String> {
+/// The server of `mode`; ours on `clock` when given (count_http: a manual clock, so that when
+/// a log trims does not depend on how fast the harness runs), else on the system clock.
+pub fn app_with_clock(mode: Mode, clock: Option<ManualClock>) -> Result<Router, String> {
     let router = Router::new().route("/", get(|| async { "hello" }));
     Ok(match mode {
         Mode::Bare => router,
@@ -91,7 +93,11 @@ pub fn app(mode: Mode) -> Result<Router, String> {
                 .global_limit(HUGE)
                 .build()
                 .map_err(|e| format!("config: {e}"))?;
-            router.route_layer(RateLimitLayer::new(config).user_id_header("x-user-id"))
+            let limiter = match clock {
+                Some(clock) => RateLimiter::builder(config).clock(clock).build(),
+                None => RateLimiter::new(config),
+            };
+            router.route_layer(RateLimitLayer::from_limiter(limiter).user_id_header("x-user-id"))
         }
         Mode::Governor => {
             // per_nanosecond(1): one cell back every nanosecond (per_second(n) would be one
