@@ -117,15 +117,6 @@ impl LimiterParts {
     }
 }
 
-/// The metrics label of a backend.
-fn label(backend: Backend) -> &'static str {
-    match backend {
-        Backend::Memory => "memory",
-        Backend::Redis => "redis",
-        Backend::Custom => "custom",
-    }
-}
-
 /// An exact three-tier sliding-window rate limiter.
 ///
 /// Cheap to clone; clones share one state. Tiers are checked most specific first (user,
@@ -336,7 +327,11 @@ impl RateLimiter {
         let mut tiers = [NO_TIER; 3];
         let decision = match keys.store_request(now, config, &mut tiers) {
             Some(req) => match self.inner.store.check_now(&req) {
-                Some(outcome) => conclude(outcome, label(self.inner.store.backend()), &req),
+                Some(outcome) => conclude(
+                    outcome,
+                    observe::backend_label(self.inner.store.backend()),
+                    &req,
+                ),
                 None => {
                     let live = arc_swap::Guard::into_inner(live);
                     return (Err((live, now, keys)), style);
@@ -360,7 +355,7 @@ impl RateLimiter {
             return decision;
         };
         let started = std::time::Instant::now();
-        let backend = label(self.inner.store.backend());
+        let backend = observe::backend_label(self.inner.store.backend());
         let outcome = self.inner.store.check(&store_request).await;
         observe::store_duration(backend, started.elapsed().as_secs_f64());
         self.inner.watch_backend();
