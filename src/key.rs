@@ -71,36 +71,38 @@ pub fn encode_id(id: &str) -> Cow<'_, str> {
 /// The key part of an id that cannot stand as it is: percent-encoded, or hashed when long.
 ///
 /// Not rare: a route template with a parameter (`/items/{id}`) comes here on every check, so
-/// the hex digits are written from a table, not through `fmt`.
+/// the safe runs are copied whole and the hex digits come from a table, not through `fmt`.
 #[inline(never)]
 fn encode_other(id: &str) -> String {
     let bytes = id.as_bytes();
+    let mut out = Vec::with_capacity(if bytes.len() > MAX_RAW_ID_LEN {
+        1 + 64
+    } else {
+        bytes.len() * 3
+    });
     if bytes.len() > MAX_RAW_ID_LEN {
-        let digest = Sha256::digest(bytes);
-        let mut out = String::with_capacity(1 + 64);
-        out.push('#');
-        for b in digest {
-            push_hex(&mut out, b, b"0123456789abcdef");
+        out.push(b'#');
+        for b in Sha256::digest(bytes) {
+            out.extend_from_slice(&hex(b, b"0123456789abcdef"));
         }
-        return out;
-    }
-    let mut out = String::with_capacity(bytes.len() * 3);
-    for &b in bytes {
-        if is_safe(b) {
-            out.push(char::from(b));
-        } else {
-            out.push('%');
-            push_hex(&mut out, b, b"0123456789ABCDEF");
+    } else {
+        let mut rest = bytes;
+        while let Some(i) = rest.iter().position(|&b| !is_safe(b)) {
+            out.extend_from_slice(&rest[..i]);
+            let [hi, lo] = hex(rest[i], b"0123456789ABCDEF");
+            out.extend_from_slice(&[b'%', hi, lo]);
+            rest = &rest[i + 1..];
         }
+        out.extend_from_slice(rest);
     }
-    out
+    // Only ASCII was written: safe bytes, `%`, `#` and hex digits.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
-/// Appends `b` as two hex digits taken from `digits`.
+/// `b` as two hex digits taken from `digits`.
 #[inline]
-fn push_hex(out: &mut String, b: u8, digits: &[u8; 16]) {
-    out.push(char::from(digits[usize::from(b >> 4)]));
-    out.push(char::from(digits[usize::from(b & 0x0f)]));
+fn hex(b: u8, digits: &[u8; 16]) -> [u8; 2] {
+    [digits[usize::from(b >> 4)], digits[usize::from(b & 0x0f)]]
 }
 
 /// The key part of a client address: `@` and the address.
@@ -147,5 +149,45 @@ mod tests {
         assert_ne!(encode_id(UNMATCHED_ENDPOINT), UNMATCHED_ENDPOINT);
         let hashed = encode_id(&"z".repeat(200)).into_owned();
         assert_ne!(encode_id(&hashed), hashed);
+    }
+
+    /// The encoding as the module docs state it, written the plain way with `fmt`.
+    fn reference(id: &str) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        if id.len() > MAX_RAW_ID_LEN {
+            out.push('#');
+            for b in Sha256::digest(id.as_bytes()) {
+                let _ = write!(out, "{b:02x}");
+            }
+        } else {
+            for &b in id.as_bytes() {
+                if is_safe(b) {
+                    out.push(char::from(b));
+                } else {
+                    let _ = write!(out, "%{b:02X}");
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn matches_the_plain_encoding_on_seeded_ids() {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let alphabet: Vec<char> = "aZ09-._~/{}%@# \n\u{0}\u{7f}é😀:|".chars().collect();
+        for _ in 0..20_000 {
+            let len = (next() % 140) as usize;
+            let id: String = (0..len)
+                .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                .collect();
+            assert_eq!(encode_id(&id), reference(&id), "{id:?}");
+        }
     }
 }
