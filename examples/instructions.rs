@@ -3,7 +3,7 @@
 //! with N and 2N and divides the difference by N, so that start-up cancels out.
 //!
 //! ```text
-//! cargo run --release --example instructions -- <workload> <N>
+//! cargo run --profile instructions --example instructions -- <workload> <N>
 //! ```
 //!
 //! Workloads:

@@ -22,8 +22,10 @@ if ! command -v valgrind >/dev/null; then
   exit 1
 fi
 
-cargo build --quiet --release --example instructions
-bin=target/release/examples/instructions
+# The `instructions` profile (Cargo.toml): release in one codegen unit, so that a change in one
+# module cannot move another's count by changing how rustc splits the crate into units.
+cargo build --quiet --profile instructions --example instructions
+bin=target/instructions/examples/instructions
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

@@ -58,10 +58,16 @@ fn all_safe(bytes: &[u8]) -> bool {
     safe(chunks.remainder())
 }
 
+/// Whether `id` stands as it is in a key part (no encoding, no hashing).
+#[inline]
+pub(crate) fn is_plain(id: &str) -> bool {
+    id.len() <= MAX_RAW_ID_LEN && all_safe(id.as_bytes())
+}
+
 /// Encodes an id or a route into a key part (see the module docs).
 #[inline]
 pub fn encode_id(id: &str) -> Cow<'_, str> {
-    if id.len() <= MAX_RAW_ID_LEN && all_safe(id.as_bytes()) {
+    if is_plain(id) {
         Cow::Borrowed(id)
     } else {
         Cow::Owned(encode_other(id))

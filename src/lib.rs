@@ -173,6 +173,7 @@ pub mod observe;
 mod plan;
 mod redis_url;
 mod request;
+mod route_keys;
 pub mod shards;
 pub mod store;
 mod tier;

@@ -79,15 +79,6 @@ pub(crate) fn record(decision: &Decision) {
     counters[index].increment(1);
 }
 
-/// The metrics label of a backend.
-pub(crate) fn backend_label(backend: crate::store::Backend) -> &'static str {
-    match backend {
-        crate::store::Backend::Memory => "memory",
-        crate::store::Backend::Redis => "redis",
-        crate::store::Backend::Custom => "custom",
-    }
-}
-
 pub(crate) fn block_changed(action: &'static str) {
     metrics::counter!(BLOCK_CHANGES_TOTAL, "action" => action).increment(1);
 }

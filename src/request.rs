@@ -82,6 +82,18 @@ impl<'a> Keys<'a> {
         request: CheckRequest<'a>,
         plan: Option<u64>,
     ) -> Self {
+        Self::with_route_key(config, request, plan, request.endpoint.map(encode_id))
+    }
+
+    /// [`new`](Self::new), with the endpoint's key part already worked out (`route_key`: the
+    /// encoding of `request.endpoint`, which the limiter keeps for routes that need encoding).
+    #[inline]
+    pub(crate) fn with_route_key(
+        config: &RateLimitConfig,
+        request: CheckRequest<'a>,
+        plan: Option<u64>,
+        route_key: Option<Cow<'a, str>>,
+    ) -> Self {
         let route = request.endpoint.and_then(|r| config.route(r));
         let route_user_limit = route.and_then(|r| r.user_limit);
         let user_limit = route_user_limit
@@ -103,9 +115,9 @@ impl<'a> Keys<'a> {
         let endpoint_limit = route
             .and_then(|r| r.endpoint_limit)
             .unwrap_or_else(|| config.endpoint_limit());
-        let endpoint = match request.endpoint {
+        let endpoint = match route_key {
             _ if endpoint_limit == 0 => None,
-            Some(route) => Some(encode_id(route)),
+            Some(key) => Some(key),
             None => Some(Cow::Borrowed(UNMATCHED_ENDPOINT)),
         };
         Self {

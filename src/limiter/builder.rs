@@ -149,6 +149,7 @@ impl RateLimiterBuilder {
                     Arc::new(SystemClock)
                 }),
                 store,
+                route_keys: Default::default(),
                 watcher,
             }),
         }

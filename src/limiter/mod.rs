@@ -18,6 +18,7 @@ use crate::key::encode_id;
 use crate::observe;
 use crate::request::{CheckRequest, UserKey};
 use crate::request::{Keys, NO_TIER};
+use crate::route_keys::RouteKeys;
 use crate::store::{Backend, BackendListener, DynStore, StoreError, StoreOutcome, StoreRequest};
 use crate::tier::Tier;
 
@@ -97,6 +98,8 @@ struct LimiterParts {
     /// Every store the same way, through the one seam: memory answers through
     /// [`Store::check_now`] (no future, no allocation), the others through a boxed `check`.
     store: Box<dyn DynStore>,
+    /// Encoded key parts of the routes that need encoding (`/items/{id}`), kept once.
+    route_keys: RouteKeys,
     /// For a store that does not call listeners itself: the listener, and the backend it last
     /// heard of.
     watcher: Option<(BackendListener, std::sync::Mutex<Backend>)>,
@@ -323,18 +326,17 @@ impl RateLimiter {
         let config = &*live.config;
         let style = config.headers();
         let now = self.inner.clock.now();
-        let keys = Keys::new(config, request, live.plan_limit(request.user, now));
+        let mut held = None;
+        let route_key = (request.endpoint).map(|r| self.inner.route_keys.key_of(r, &mut held));
+        let plan = live.plan_limit(request.user, now);
+        let keys = Keys::with_route_key(config, request, plan, route_key);
         let mut tiers = [NO_TIER; 3];
         let decision = match keys.store_request(now, config, &mut tiers) {
             Some(req) => match self.inner.store.check_now(&req) {
-                Some(outcome) => conclude(
-                    outcome,
-                    observe::backend_label(self.inner.store.backend()),
-                    &req,
-                ),
+                Some(outcome) => conclude(outcome, self.inner.store.backend().label(), &req),
                 None => {
                     let live = arc_swap::Guard::into_inner(live);
-                    return (Err((live, now, keys)), style);
+                    return (Err((live, now, keys.into_owned())), style);
                 }
             },
             None => Decision::unlimited(request.cost),
@@ -355,7 +357,7 @@ impl RateLimiter {
             return decision;
         };
         let started = std::time::Instant::now();
-        let backend = observe::backend_label(self.inner.store.backend());
+        let backend = self.inner.store.backend().label();
         let outcome = self.inner.store.check(&store_request).await;
         observe::store_duration(backend, started.elapsed().as_secs_f64());
         self.inner.watch_backend();

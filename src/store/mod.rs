@@ -106,6 +106,17 @@ pub enum Backend {
     Custom,
 }
 
+impl Backend {
+    /// Its metrics label (`backend="..."`).
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Redis => "redis",
+            Self::Custom => "custom",
+        }
+    }
+}
+
 /// A store failed to answer (Redis unreachable, a timeout, a script error).
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
