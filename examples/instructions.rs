@@ -10,6 +10,8 @@
 //! - `check`: one three-tier memory check on hot keys (`RateLimiter::check`), a
 //!   `ManualClock` moving 1 µs per check and a 1 ms window, so that every log holds about
 //!   1,000 live entries and drops one per check.
+//! - `check_route`: the same on a route template with a parameter (`/api/v1/items/{id}`),
+//!   whose key part needs encoding (`{` and `}`): the limiter keeps it encoded once.
 //! - `router`: one request through an axum router, no limiter (the baseline of `layer`).
 //! - `layer`: the same router behind `RateLimitLayer` (memory store, three tiers, the user id
 //!   from a header, borrowed): `layer − router` is the layer's work per request.
@@ -46,16 +48,14 @@ fn config() -> RateLimitConfig {
         .expect("valid config")
 }
 
-fn check(n: u64) {
+fn check(route: &str, n: u64) {
     let clock = ManualClock::at(Duration::from_secs(1_000_000));
     let limiter = RateLimiter::builder(config()).clock(clock.clone()).build();
     let mut allowed = 0u64;
     for _ in 0..n {
         clock.advance(Duration::from_micros(1));
-        let decision = ready(limiter.check(
-            std::hint::black_box("alice"),
-            std::hint::black_box("/api/v1/items"),
-        ));
+        let decision =
+            ready(limiter.check(std::hint::black_box("alice"), std::hint::black_box(route)));
         allowed += u64::from(decision.allowed());
     }
     assert_eq!(allowed, n);
@@ -86,7 +86,8 @@ fn main() {
     let workload = args.next().unwrap_or_else(|| "check".into());
     let n: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(100_000);
     match workload.as_str() {
-        "check" => check(n),
+        "check" => check("/api/v1/items", n),
+        "check_route" => check("/api/v1/items/{id}", n),
         "router" => serve(router().with_state(()), None, n),
         "layer" => {
             let clock = ManualClock::at(Duration::from_secs(1_000_000));
@@ -95,7 +96,7 @@ fn main() {
             serve(router().route_layer(layer).with_state(()), Some(&clock), n);
         }
         other => {
-            eprintln!("unknown workload {other:?}: check, router or layer");
+            eprintln!("unknown workload {other:?}: check, check_route, router or layer");
             std::process::exit(2);
         }
     }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The instruction-count guard: counts, with valgrind's callgrind, the instructions of
-#   check  one three-tier memory check (RateLimiter::check, hot keys)
-#   layer  the layer's work per request (an axum router with RateLimitLayer, minus the router)
+#   check        one three-tier memory check (RateLimiter::check, hot keys)
+#   check_route  the same on a route with a parameter (/api/v1/items/{id}: its key is encoded)
+#   layer        the layer's work per request (an axum router with RateLimitLayer, minus the router)
 # and fails when one goes over its budget in scripts/instruction-budget.txt by more than the
 # tolerance there. Instructions, not time: the count is the same whatever else the machine is
 # doing, so noise cannot hide a regression and a loaded CI machine cannot fake one.
@@ -44,11 +45,13 @@ per_op() {
 }
 
 check=$(per_op check)
+check_route=$(per_op check_route)
 router=$(per_op router)
 layer_total=$(per_op layer)
 layer=$((layer_total - router))
 
 echo "instructions per memory check:        $check"
+echo "  on a route with a parameter:          $check_route"
 echo "instructions per request, router:     $router"
 echo "instructions per request, with layer: $layer_total (the layer's work: $layer)"
 
@@ -59,6 +62,7 @@ if [ "${1:-}" = "--update" ]; then
 # \`scripts/instructions.sh --update\` on $(date -u +%Y-%m-%d), $(rustc --version).
 # A figure over its budget by more than tolerance_percent fails CI.
 check $check
+check_route $check_route
 layer $layer
 tolerance_percent ${tolerance:-3}
 BUDGET
@@ -68,7 +72,7 @@ fi
 
 tolerance=$(awk '$1=="tolerance_percent" {print $2}' "$budget_file")
 status=0
-for name in check layer; do
+for name in check check_route layer; do
   budget=$(awk -v k="$name" '$1==k {print $2}' "$budget_file")
   measured=${!name}
   limit=$((budget + budget * tolerance / 100))

@@ -82,17 +82,17 @@ impl<'a> Keys<'a> {
         request: CheckRequest<'a>,
         plan: Option<u64>,
     ) -> Self {
-        Self::with_route_key(config, request, plan, request.endpoint.map(encode_id))
+        Self::with_route_key(config, request, plan, encode_id)
     }
 
-    /// [`new`](Self::new), with the endpoint's key part already worked out (`route_key`: the
-    /// encoding of `request.endpoint`, which the limiter keeps for routes that need encoding).
+    /// [`new`](Self::new), with the endpoint's key part from `route_key` (called only when the
+    /// endpoint tier applies: the limiter's kept encodings, [`encode_id`] or the same).
     #[inline]
     pub(crate) fn with_route_key(
         config: &RateLimitConfig,
         request: CheckRequest<'a>,
         plan: Option<u64>,
-        route_key: Option<Cow<'a, str>>,
+        route_key: impl FnOnce(&'a str) -> Cow<'a, str>,
     ) -> Self {
         let route = request.endpoint.and_then(|r| config.route(r));
         let route_user_limit = route.and_then(|r| r.user_limit);
@@ -115,9 +115,9 @@ impl<'a> Keys<'a> {
         let endpoint_limit = route
             .and_then(|r| r.endpoint_limit)
             .unwrap_or_else(|| config.endpoint_limit());
-        let endpoint = match route_key {
+        let endpoint = match request.endpoint {
             _ if endpoint_limit == 0 => None,
-            Some(key) => Some(key),
+            Some(route) => Some(route_key(route)),
             None => Some(Cow::Borrowed(UNMATCHED_ENDPOINT)),
         };
         Self {

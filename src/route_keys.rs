@@ -8,9 +8,10 @@
 //!
 //! Reading takes no lock and writes nothing shared (an `arc_swap` load), so checks of one hot
 //! route on many cores do not contend. Adding a route copies the map: routes are added a few
-//! times in a process's life. At most [`MAX_ROUTES`] are kept, so callers that name endpoints
+//! times in a process's life. At most [`MAX_ROUTES`] routes of at most
+//! [`MAX_RAW_ID_LEN`] bytes each are kept (under 300 KB in all), so callers that name endpoints
 //! themselves (a custom `endpoint` closure, `RateLimiter::check`) cannot grow it without bound;
-//! past that, a route is encoded on each check, as before.
+//! any other route is encoded on each check, after a lookup that misses.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -18,7 +19,7 @@ use std::sync::Arc;
 
 use arc_swap::{ArcSwap, Guard};
 
-use crate::key::{encode_id, is_plain};
+use crate::key::{encode_id, is_plain, MAX_RAW_ID_LEN};
 
 /// The most routes whose key parts are kept.
 pub(crate) const MAX_ROUTES: usize = 1024;
@@ -53,13 +54,16 @@ impl RouteKeys {
             return Cow::Borrowed(key);
         }
         let encoded = encode_id(route).into_owned();
-        if map.len() < MAX_ROUTES {
+        // Only routes of an id's length are kept: a kept route is its raw text too, and a
+        // long one (a raw path, say) would make the map, and each copy of it, that large.
+        if map.len() < MAX_ROUTES && route.len() <= MAX_RAW_ID_LEN {
             self.map.rcu(|map| {
-                let mut map = Map::clone(map);
-                if map.len() < MAX_ROUTES {
-                    map.insert(Box::from(route), Box::from(encoded.as_str()));
+                if map.len() >= MAX_ROUTES || map.contains_key(route) {
+                    return Arc::clone(map);
                 }
-                map
+                let mut map = Map::clone(map);
+                map.insert(Box::from(route), Box::from(encoded.as_str()));
+                Arc::new(map)
             });
         }
         Cow::Owned(encoded)
@@ -99,6 +103,15 @@ mod tests {
         let again = keys.key_of("/items/{id}", &mut held);
         assert!(matches!(again, Cow::Borrowed(_)));
         assert_eq!(again, first);
+    }
+
+    #[test]
+    fn a_long_route_is_encoded_but_not_kept() {
+        let keys = RouteKeys::default();
+        let long = format!("/{}/{{id}}", "x".repeat(MAX_RAW_ID_LEN));
+        let mut held = None;
+        assert_eq!(keys.key_of(&long, &mut held), encode_id(&long));
+        assert_eq!(keys.len(), 0);
     }
 
     #[test]

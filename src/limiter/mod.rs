@@ -327,9 +327,9 @@ impl RateLimiter {
         let style = config.headers();
         let now = self.inner.clock.now();
         let mut held = None;
-        let route_key = (request.endpoint).map(|r| self.inner.route_keys.key_of(r, &mut held));
         let plan = live.plan_limit(request.user, now);
-        let keys = Keys::with_route_key(config, request, plan, route_key);
+        let route_keys = &self.inner.route_keys;
+        let keys = Keys::with_route_key(config, request, plan, |r| route_keys.key_of(r, &mut held));
         let mut tiers = [NO_TIER; 3];
         let decision = match keys.store_request(now, config, &mut tiers) {
             Some(req) => match self.inner.store.check_now(&req) {
