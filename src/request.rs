@@ -105,13 +105,6 @@ impl<'a> Keys<'a> {
             UserKey::Ip(ip) => Some(Cow::Owned(encode_ip(ip))),
             UserKey::Anonymous => None,
         };
-        // A route with a user limit of its own counts users in buckets of its own:
-        // `<user>@<route>`. Encoded parts never hold `@` (addresses start with it), so the
-        // last `@` splits the key unambiguously.
-        let user = match (user, route_user_limit, request.endpoint) {
-            (Some(u), Some(_), Some(r)) => Some(Cow::Owned(format!("{u}@{}", encode_id(r)))),
-            (user, ..) => user,
-        };
         let endpoint_limit = route
             .and_then(|r| r.endpoint_limit)
             .unwrap_or_else(|| config.endpoint_limit());
@@ -119,6 +112,19 @@ impl<'a> Keys<'a> {
             _ if endpoint_limit == 0 => None,
             Some(route) => Some(route_key(route)),
             None => Some(Cow::Borrowed(UNMATCHED_ENDPOINT)),
+        };
+        // A route with a user limit of its own counts users in buckets of its own:
+        // `<user>@<route>`. Encoded parts never hold `@` (addresses start with it), so the
+        // last `@` splits the key unambiguously. The route's part is the endpoint key's when
+        // that tier applies (not encoded twice), else encoded here.
+        let user = match (user, route_user_limit, request.endpoint) {
+            (Some(u), Some(_), Some(r)) => {
+                let part = endpoint
+                    .as_deref()
+                    .map_or_else(|| encode_id(r), Cow::Borrowed);
+                Some(Cow::Owned(format!("{u}@{part}")))
+            }
+            (user, ..) => user,
         };
         Self {
             user: user.map(|u| (u, user_limit)),
