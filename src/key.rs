@@ -81,17 +81,15 @@ pub fn encode_id(id: &str) -> Cow<'_, str> {
 #[inline(never)]
 fn encode_other(id: &str) -> String {
     let bytes = id.as_bytes();
-    let mut out = Vec::with_capacity(if bytes.len() > MAX_RAW_ID_LEN {
-        1 + 64
-    } else {
-        bytes.len() * 3
-    });
-    if bytes.len() > MAX_RAW_ID_LEN {
+    let out = if bytes.len() > MAX_RAW_ID_LEN {
+        let mut out = Vec::with_capacity(1 + 64);
         out.push(b'#');
         for b in Sha256::digest(bytes) {
             out.extend_from_slice(&hex(b, b"0123456789abcdef"));
         }
+        out
     } else {
+        let mut out = Vec::with_capacity(bytes.len() * 3);
         let mut rest = bytes;
         while let Some(i) = rest.iter().position(|&b| !is_safe(b)) {
             out.extend_from_slice(&rest[..i]);
@@ -100,7 +98,8 @@ fn encode_other(id: &str) -> String {
             rest = &rest[i + 1..];
         }
         out.extend_from_slice(rest);
-    }
+        out
+    };
     // Only ASCII was written: safe bytes, `%`, `#` and hex digits.
     String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
@@ -180,13 +179,7 @@ mod tests {
 
     #[test]
     fn matches_the_plain_encoding_on_seeded_ids() {
-        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = crate::test_rng::seeded(0x2545_f491_4f6c_dd1d_u64);
         let alphabet: Vec<char> = "aZ09-._~/{}%@# \n\u{0}\u{7f}é😀:|".chars().collect();
         for _ in 0..20_000 {
             let len = (next() % 140) as usize;
