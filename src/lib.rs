@@ -176,6 +176,8 @@ mod request;
 mod route_keys;
 pub mod shards;
 pub mod store;
+#[cfg(test)]
+mod test_rng;
 mod tier;
 
 /// Rendering a [`Decision`] into rate-limit headers (the layer does it by itself).

@@ -329,18 +329,7 @@ async fn a_block_in_a_migrating_slot_neither_fails_nor_falls_back() {
         "counted exactly on the importing master: {d:?}"
     );
     // The block key moves too, the slot is handed over: the block holds again.
-    let src = &cluster.nodes[migration.src];
-    let dst_port = cluster.nodes[migration.dst].port().to_string();
-    ok(src.cli(&[
-        "MIGRATE",
-        "127.0.0.1",
-        &dst_port,
-        "",
-        "0",
-        "5000",
-        "KEYS",
-        block,
-    ]));
+    migration.move_key(&cluster, block);
     migration.finish(&cluster);
     assert!(l.check("alice", "/").await.by_block());
     assert_eq!(l.backend(), Backend::Redis);
@@ -365,10 +354,22 @@ impl Migration {
             .to_owned();
         let id = |i: usize| cluster.nodes[i].cli(&["CLUSTER", "MYID"]).trim().to_owned();
         let (src_id, dst_id) = (id(src), id(dst));
-        let dst_port = cluster.nodes[dst].port().to_string();
         ok(cluster.nodes[dst].cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &src_id]));
         ok(cluster.nodes[src].cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &dst_id]));
-        ok(cluster.nodes[src].cli(&[
+        let migration = Self {
+            src,
+            dst,
+            slot,
+            dst_id,
+        };
+        migration.move_key(cluster, key);
+        migration
+    }
+
+    /// Moves one key of the slot from the source to the target (MIGRATE), as reshard does.
+    fn move_key(&self, cluster: &RedisCluster, key: &str) {
+        let dst_port = cluster.nodes[self.dst].port().to_string();
+        ok(cluster.nodes[self.src].cli(&[
             "MIGRATE",
             "127.0.0.1",
             &dst_port,
@@ -378,12 +379,6 @@ impl Migration {
             "KEYS",
             key,
         ]));
-        Self {
-            src,
-            dst,
-            slot,
-            dst_id,
-        }
     }
 
     fn finish(&self, cluster: &RedisCluster) {

@@ -147,13 +147,7 @@ mod tests {
     /// resizes, and compares every answer.
     #[test]
     fn behaves_as_a_vecdeque() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = crate::test_rng::seeded(0x9e37_79b9_7f4a_7c15_u64);
         let mut ring = Ring::default();
         let mut model = VecDeque::new();
         let mut clock = 0u64;
@@ -165,12 +159,12 @@ mod tests {
                     model.push_back(clock);
                 }
                 5..=7 => assert_eq!(ring.pop_front(), model.pop_front(), "step {step}"),
-                8 if next() % 50 == 0 => {
+                8 if next().is_multiple_of(50) => {
                     ring.shrink_to_fit();
                     assert!(ring.capacity() >= ring.len());
                     assert!(ring.capacity() == 0 || ring.capacity().is_power_of_two());
                 }
-                8 if next() % 500 == 0 => {
+                8 if next().is_multiple_of(500) => {
                     ring.clear();
                     model.clear();
                 }
