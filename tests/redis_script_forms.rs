@@ -126,3 +126,40 @@ async fn a_plain_entry_from_the_future_is_moved_back_before_it_shapes_an_answer(
     right.advance(MINUTE + US);
     assert_eq!(a.check("u", "/").await.remaining(), 3);
 }
+
+/// The script replies with the oldest plain member's name as its time, without parsing it,
+/// unless the name holds a `-k` suffix or may be after now: the reset must be right whatever the
+/// names' lengths against now's (a `-` sorts below the digits, and a shorter name is older).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_oldest_plain_entry_is_read_right_whatever_its_digits() {
+    let server = RedisServer::start();
+    // 10,000,010 µs: eight digits.
+    let now = 10_000_010u64;
+    let clock = ManualClock::at(Duration::from_micros(now));
+    let a = connected(&server, 4, &clock).await;
+    let key = "rate_limit:user:u";
+    let resets_in = |d: &tiered_ratelimit::Decision| d.binding().map(|(_, after)| after);
+    let until_gone = |at: u64| Some(MINUTE + US - Duration::from_micros(now - at));
+
+    // As long as now, with a suffix, and below it as a string: "100000-1" < "10000010".
+    server.cli(&["ZADD", key, "100000", "100000-1", "9999990", "9999990"]);
+    let d = a.check("u", "/").await;
+    assert_eq!(d.remaining(), 1);
+    assert_eq!(resets_in(&d), until_gone(100_000));
+
+    // Shorter than now: older, read as it is.
+    server.cli(&["ZREM", key, "100000-1"]);
+    let d = a.check("u", "/").await;
+    assert_eq!(d.remaining(), 1);
+    assert_eq!(resets_in(&d), until_gone(9_999_990));
+
+    // Longer than now: from the future, moved back to now before it shapes the reset.
+    server.cli(&["DEL", key]);
+    server.cli(&["ZADD", key, "123456789", "123456789"]);
+    let d = a.check("u", "/").await;
+    assert_eq!(d.remaining(), 2);
+    assert_eq!(resets_in(&d), until_gone(now));
+    for (member, score) in entries(&server, key) {
+        assert!(score <= now, "{member} at {score} is after {now}");
+    }
+}

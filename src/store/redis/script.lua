@@ -34,8 +34,9 @@
 -- admitted is 1 (recorded in every tier with room) or 0 (recorded nowhere: tier k is the first
 -- enforced tier without room, and the facts stop there); now is the time the script used;
 -- member is what was recorded in the first recording tier ('' if none; a cluster's rollback
--- removes it); per tier: the units live in the window, the oldest entry's score, and the score
--- of the entry whose leaving makes room for this request (-1: none, or not needed).
+-- removes it); per tier: the units live in the window, the oldest entry's score (-1: none; a
+-- plain key's oldest member name, a string of decimal digits, when that is its score), and the
+-- score of the entry whose leaving makes room for this request (-1: none, or not needed).
 --
 -- Exactness: Lua numbers are doubles, exact for integers below 2^53. Scores are microseconds
 -- (2^53 µs is the year 2255). Limits are at most 2^50 (the config's MAX_LIMIT), so the units
@@ -57,7 +58,7 @@
 -- Cost: on the path most checks take (cost 1, plain keys, admitted) a tier is five commands
 -- (ZREMRANGEBYSCORE, ZRANGE 0 0, ZCARD, ZADD, PEXPIRE) with no score read or formatted as a
 -- float; see docs/BENCHMARKS.md for what each piece costs.
-local call, format, byte, sub = redis.call, string.format, string.byte, string.sub
+local call, format, byte, sub, find = redis.call, string.format, string.byte, string.sub, string.find
 local now, now_s
 if ARGV[1] == '' then
   if redis.replicate_commands then redis.replicate_commands() end
@@ -189,12 +190,12 @@ local function cold_paths()
   return c
 end
 
-local reply = {1, now, ''}
+local reply = {1, now, '', 0, 0, 0, 0, 0, 0, 0, 0, 0}
 -- Per tier, for the recording pass: false (a full shadow tier: not recorded), the count (a
 -- plain or empty key, recorded as plain for a cost of 1; negated when the key's oldest entry is
 -- at now, so that others at now are likely), or the newest entry {member, score} of a totals key
 -- ({} for a key to be made a totals key, {plain = true} for a plain key to become one).
-local how = {}
+local how = {false, false, false}
 
 for i = 1, n do
   local key = KEYS[i]
@@ -217,8 +218,11 @@ for i = 1, n do
   elseif byte(m, 17) ~= 58 then
     -- plain
     count = call('ZCARD', key)
-    oldest = tonumber(m)
-    if oldest == nil or oldest > now then
+    -- The member names the oldest entry's time: it is replied as it is (the client reads
+    -- the digits; no float is parsed here) unless it holds a '-k' suffix or may be after now
+    -- (longer, or as long and above it: decimal integers of one length compare as strings).
+    oldest = m
+    if find(m, '-', 2, true) or #m > #now_s or (#m == #now_s and m > now_s) then
       cold = cold or cold_paths()
       oldest = cold.time_of(m)
       if oldest > now then
@@ -228,7 +232,7 @@ for i = 1, n do
     end
     if cost > 1 then
       kind = {plain = true}
-    elseif oldest == now then
+    elseif oldest == now_s or oldest == now then
       kind = -count
     else
       kind = count
@@ -253,19 +257,21 @@ for i = 1, n do
     if plain then cold.clamp(key, true) end
     expiry = cold.expiry(key, plain, base, count + cost - limit)
   end
-  local n = #reply
-  reply[n + 1] = count
-  reply[n + 2] = oldest
-  reply[n + 3] = expiry
+  local r = 3 * i
+  reply[r + 1] = count
+  reply[r + 2] = oldest
+  reply[r + 3] = expiry
   if full then
     if not shadow then
       reply[1] = 0
+      reply[r + 4] = nil
       return reply
     end
     kind = false
   end
   how[i] = kind
 end
+reply[3 * n + 4] = nil
 
 local ttl = format('%d', math.ceil(window / 1000) + 1)
 for i = 1, n do

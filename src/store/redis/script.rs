@@ -50,7 +50,8 @@ fn limit_arg(tier: &TierCheck<'_>) -> String {
 pub(super) struct Found {
     /// The units live in the window.
     pub(super) count: u64,
-    /// The oldest entry's score (µs).
+    /// The oldest entry's score (µs; the script sends a plain key's as its member's name, the
+    /// same digits as a string).
     pub(super) oldest: Option<u64>,
     /// The score of the entry whose leaving makes room for the request (only for a tier that
     /// could not take it, when the cost fits its limit at all).
@@ -247,6 +248,10 @@ mod tests {
         reply.push(Value::from("0000000000000005:1"));
         reply.extend(ints(&[5, 100, 100, 4, 200, -1]));
         let parsed = Reply::parse(&reply).unwrap();
+        // A plain key's oldest entry comes as its member's name: the same facts.
+        let mut named = reply.clone();
+        named[7] = Value::from("200");
+        assert_eq!(Reply::parse(&named).unwrap(), parsed);
         assert_eq!(parsed.member.as_deref(), Some("0000000000000005:1"));
         let (outcome, still) =
             conclude(&tiers, &parsed.found, parsed.admitted, parsed.now, &req).unwrap();
