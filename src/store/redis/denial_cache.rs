@@ -31,6 +31,10 @@ use crate::store::TierCheck;
 /// At most this many keys are remembered.
 const MAX_KEYS: usize = 65_536;
 
+/// A purge of a full cache waits until at least this share (1/n) of its entries can go, so
+/// that a full cache costs O(n) per purge and O(1) per denial between them.
+const PURGE_SHARE: usize = 8;
+
 #[derive(Clone, Copy, Debug)]
 struct Cached {
     /// Until when (µs, the limiter's clock) the key cannot change.
@@ -64,6 +68,9 @@ pub(crate) struct DenialCache {
     /// Counts the invalidations (resets, blocks) heard: a denial Redis gave before one of them
     /// arrived may already be out of date, and is not remembered (see [`epoch`](Self::epoch)).
     epoch: AtomicU64,
+    /// While the cache is full, no purge before this time (µs): the last purge kept entries
+    /// of which fewer than 1/[`PURGE_SHARE`] can have ended earlier.
+    purge_at: AtomicU64,
 }
 
 impl DenialCache {
@@ -139,11 +146,8 @@ impl DenialCache {
         }
         let micros = |d: Duration| now.saturating_add(crate::clock::saturating_micros(d));
         let entries = &self.entries;
-        if entries.len() >= MAX_KEYS {
-            entries.retain(|_, c| c.still_until > now);
-            if entries.len() >= MAX_KEYS {
-                return; // full of live denials: this one goes to Redis each time
-            }
+        if entries.len() >= MAX_KEYS && !self.purge(now) {
+            return; // full of live denials: this one goes to Redis each time
         }
         entries.insert(
             key,
@@ -153,6 +157,36 @@ impl DenialCache {
                 terms,
             },
         );
+    }
+
+    /// Makes room in a full cache: drops the denials ended by `now` (µs), unless too few can
+    /// have ended since the last purge. Whether there is room now.
+    ///
+    /// A purge scans every entry. Scanning on every denial of a full cache would make each cost
+    /// O(n) (a flood of distinct denied ids then costs the instance far more than the round
+    /// trip the cache saves), so a purge also works out when the next one can free at least
+    /// 1/[`PURGE_SHARE`] of the entries it kept, and none runs before then.
+    #[cold]
+    fn purge(&self, now: u64) -> bool {
+        if now < self.purge_at.load(Ordering::Acquire) {
+            return false;
+        }
+        let mut kept = Vec::with_capacity(MAX_KEYS);
+        self.entries.retain(|_, c| {
+            let keep = c.still_until > now;
+            if keep {
+                kept.push(c.still_until);
+            }
+            keep
+        });
+        let next = if kept.is_empty() {
+            0
+        } else {
+            let share = (kept.len() / PURGE_SHARE).min(kept.len() - 1);
+            *kept.select_nth_unstable(share).1
+        };
+        self.purge_at.store(next, Ordering::Release);
+        self.entries.len() < MAX_KEYS
     }
 
     /// The invalidations heard so far: read it before asking Redis, and pass it to
@@ -271,6 +305,35 @@ mod tests {
             None,
             "and the entry is gone"
         );
+    }
+
+    #[test]
+    fn a_full_cache_purges_only_when_an_eighth_of_it_can_go() {
+        let cache = DenialCache::default();
+        cache.enable();
+        // Full: entry i cannot change until 1,000 + i µs.
+        for i in 0..MAX_KEYS as u64 {
+            let still = Duration::from_micros(1_000 + i);
+            cache.remember(format!("k{i}"), cost(1), 0, still, still);
+        }
+        assert_eq!(cache.entries.len(), MAX_KEYS);
+        // Nothing has ended: the purge frees nothing, and the new denial goes to Redis.
+        cache.remember("new".into(), cost(1), 10, 8 * MS, 5 * MS);
+        assert_eq!(cache.get("new", cost(1), 10), None);
+        // One entry has ended, but no second purge runs until an eighth of them can go: the
+        // full cache costs no scan per denial.
+        let eighth = (MAX_KEYS / PURGE_SHARE) as u64;
+        cache.remember("new".into(), cost(1), 1_001, 8 * MS, 5 * MS);
+        assert_eq!(cache.entries.len(), MAX_KEYS);
+        assert_eq!(cache.get("new", cost(1), 1_001), None);
+        cache.remember("new".into(), cost(1), 1_000 + eighth - 1, 8 * MS, 5 * MS);
+        assert_eq!(cache.entries.len(), MAX_KEYS);
+        // Then one purge frees that eighth and one more (the entries up to 1,000 + eighth µs),
+        // and the denial is remembered.
+        let then = 1_000 + eighth;
+        cache.remember("new".into(), cost(1), then, 8 * MS, 5 * MS);
+        assert_eq!(cache.entries.len(), MAX_KEYS - eighth as usize);
+        assert_eq!(cache.get("new", cost(1), then), Some(8 * MS));
     }
 
     #[test]
