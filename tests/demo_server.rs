@@ -415,6 +415,28 @@ async fn behind_a_trusted_proxy_the_forwarded_client_is_limited() {
         "spoofing the leftmost entry does not help"
     );
     assert_eq!(get("198.51.100.5").await.unwrap().status(), StatusCode::OK);
+    // `/rate-limit` reports the bucket the layer charged: the forwarded client's, not the
+    // proxy's.
+    let text = client
+        .get(demo.url("/rate-limit"))
+        .header("x-forwarded-for", "198.51.100.4")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let usage: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(usage["user"], "198.51.100.4", "{usage}");
+    let tiers = usage["resources"]["/api/v1/items"]["tiers"]
+        .as_array()
+        .unwrap();
+    let user = tiers.iter().find(|t| t["tier"] == "user").unwrap();
+    assert_eq!(
+        (&user["used"], &user["remaining"]),
+        (&2.into(), &0.into()),
+        "{usage}"
+    );
 }
 
 /// The key-cap lockout repro through the demo: `--user-limit 5 --endpoint-limit 100` at a small

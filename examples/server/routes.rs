@@ -11,10 +11,12 @@ use tiered_ratelimit::{CheckRequest, IpNet, RateLimitLayer, RateLimiter, UserKey
 /// The routes the layer limits, as `/rate-limit` reports them.
 const LIMITED_ROUTES: [&str; 2] = ["/api/v1/items", "/api/v1/items/{id}"];
 
-/// `GET /rate-limit`: the caller's usage (the `X-User-Id` header, else the peer address, IPv6
-/// grouped by /64 as the layer does by default) on each limited route. Records nothing.
+/// `GET /rate-limit`: the caller's usage on each limited route, in the bucket the layer charges:
+/// the `X-User-Id` header, else the client address as the layer finds it (behind trusted
+/// proxies, the client they name; IPv6 grouped by /64). Records nothing.
 async fn rate_limit(
     limiter: RateLimiter,
+    layer: RateLimitLayer,
     peer: SocketAddr,
     headers: HeaderMap,
 ) -> Result<Json<serde_json::Value>, (StatusCode, String)> {
@@ -22,13 +24,7 @@ async fn rate_limit(
         .get("x-user-id")
         .and_then(|v| v.to_str().ok())
         .filter(|id| !id.is_empty());
-    let ip = match peer.ip().to_canonical() {
-        std::net::IpAddr::V6(v6) => {
-            let bits = u128::from(v6) & !((1u128 << 64) - 1);
-            std::net::IpAddr::V6(bits.into())
-        }
-        v4 => v4,
-    };
+    let ip = layer.client_ip(&headers, peer.ip());
     let user = id.map_or(UserKey::Ip(ip), UserKey::Id);
     let mut resources = serde_json::Map::new();
     for route in LIMITED_ROUTES {
@@ -59,13 +55,14 @@ pub(crate) fn app(
     if let Some(name) = client_ip_header {
         layer = layer.client_ip_header(name);
     }
+    let keys = layer.clone();
     let api = Router::new()
         .route("/api/v1/items", get(list_items).post(create_item))
         .route("/api/v1/items/{id}", get(get_item))
         .route_layer(layer);
     let rate_limit = move |ConnectInfo(peer): ConnectInfo<SocketAddr>, headers: HeaderMap| {
-        let limiter = usage.clone();
-        async move { rate_limit(limiter, peer, headers).await }
+        let (limiter, layer) = (usage.clone(), keys.clone());
+        async move { rate_limit(limiter, layer, peer, headers).await }
     };
     Router::new()
         .route("/health", get(|| async { "ok" }))

@@ -20,6 +20,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -28,6 +29,7 @@ use http::Response;
 use tower_layer::Layer;
 
 use self::extract::UserIdSource;
+
 use crate::client_ip::{ClientIpRule, IpNet, Proxies};
 use crate::config::RateLimitConfig;
 use crate::decision::Decision;
@@ -263,6 +265,14 @@ impl RateLimitLayer {
     pub fn ipv6_prefix(mut self, bits: u8) -> Self {
         self.settings_mut().client_ip.ipv6_prefix = bits.min(128);
         self
+    }
+
+    /// The address this layer keys a request without a user id by, for a request from `peer`
+    /// with `headers`: the peer, or the client named by the [trusted
+    /// proxies](Self::trusted_proxies), IPv6 grouped by [`ipv6_prefix`](Self::ipv6_prefix).
+    /// A handler that reports a caller's own usage asks for the bucket the layer charged.
+    pub fn client_ip(&self, headers: &http::HeaderMap, peer: IpAddr) -> IpAddr {
+        self.settings.client_ip.client(headers, peer)
     }
 
     /// How to find the user id in a request. `None` falls back to the client IP.
