@@ -171,8 +171,9 @@ impl ConnectError {
                  reachable from here, and whether the port expects TLS (then use rediss://)"
             }
             Self::Timeout { .. } => {
-                "check that Redis is up and not overloaded, or raise redis.connect_timeout / \
-                 redis.command_timeout"
+                "check that Redis is up and not overloaded, that a rediss:// URL names a port \
+                 that speaks TLS (a plaintext port never answers the TLS handshake), or raise \
+                 redis.connect_timeout / redis.command_timeout"
             }
             Self::Other { .. } => "see the message",
         }
