@@ -211,6 +211,9 @@ async fn a_master_killed_mid_run_falls_back_and_no_request_fails() {
     );
     assert_eq!(l.backend(), Backend::Memory);
     assert_eq!(admitted, 5, "memory starts empty and enforces the limit");
+    // A lost master is an unreachable Redis (docs/REDIS.md), whatever error fred met first.
+    let cause = l.fallback_cause().unwrap();
+    assert_eq!(cause.reason(), "unreachable", "{cause:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

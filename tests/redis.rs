@@ -282,6 +282,8 @@ async fn redis_killed_mid_run_no_request_fails_and_memory_takes_over() {
     }
     assert!(started.elapsed() < TIMEOUT * 3, "{:?}", started.elapsed());
     assert_eq!(limiter.backend(), Backend::Memory);
+    let cause = limiter.fallback_cause().unwrap();
+    assert_eq!(cause.reason(), "unreachable", "{cause:?}");
     // The memory store starts empty and enforces the limit from here on.
     let admitted = {
         let mut n = 0;
@@ -333,6 +335,9 @@ async fn redis_paused_costs_a_request_at_most_the_command_timeout() {
     }
     assert!(started.elapsed() <= TIMEOUT + TICK);
     assert_eq!(limiter.backend(), Backend::Memory);
+    // The connection stayed up and nothing answered: a timeout, not an unreachable Redis.
+    let cause = limiter.fallback_cause().unwrap();
+    assert_eq!(cause.reason(), "timeout", "{cause:?}");
     // From now on no request touches Redis: no time passes at all.
     let t = tokio::time::Instant::now();
     // Memory starts empty: "u" gets its limit of 2 again, then no more.
@@ -494,7 +499,12 @@ async fn without_recovery_the_fallback_is_for_good_even_when_redis_returns() {
         .build();
     limiter.wait_connected().await;
     server.kill();
+    // Killed while idle: by the next check the client is reconnecting, and fred holds the
+    // command until the timeout. Still `unreachable` (docs/REDIS.md), not `timeout`.
+    tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(limiter.check("u", "/").await.allowed());
+    let cause = limiter.fallback_cause().unwrap();
+    assert_eq!(cause.reason(), "unreachable", "{cause:?}");
     server.restart();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(limiter.check("u", "/").await.allowed());

@@ -143,10 +143,7 @@ impl FallbackStore {
         let Active::Redis(redis) = &**failed else {
             return;
         };
-        let timeout = self.shared.redis.command_timeout;
-        let cause = redis
-            .start_error()
-            .unwrap_or_else(|| ConnectError::from_error(error, redis.uses_tls(), timeout));
+        let cause = redis.cause_of(error, self.shared.redis.command_timeout);
         let memory = Arc::new(Active::Memory(
             MemoryStore::with_max_keys(self.shared.max_keys),
             cause.clone(),

@@ -8,6 +8,7 @@ use fred::prelude::{
     Builder, Client, ClientLike, ConnectionConfig, Error as FredError, PerformanceConfig,
 };
 
+use super::super::StoreError;
 use super::{ask, Connections, RedisStore};
 use crate::config::RedisConfig;
 use crate::connect_error::ConnectError;
@@ -121,9 +122,35 @@ impl RedisStore {
         self.inner.start_error.get().cloned()
     }
 
-    /// Whether the URL asks for TLS.
-    pub(crate) fn uses_tls(&self) -> bool {
-        self.inner.tls
+    /// Why `error` (a failed check's) failed: the start's error if the first connection never
+    /// came up, else the error sorted (see [`ConnectError`]). A timeout (or an error of no
+    /// known kind) after a connection was lost is `Unreachable`: fred holds the commands meant
+    /// for a Redis that was killed or is restarting until they time out, and only its
+    /// broadcast of the connection's error tells that apart from a Redis up but not answering
+    /// (paused, overloaded: `Timeout`).
+    pub(crate) fn cause_of(&self, error: &StoreError, timeout: Duration) -> ConnectError {
+        if let Some(start) = self.start_error() {
+            return start;
+        }
+        let cause = ConnectError::from_error(error, self.inner.tls, timeout);
+        // After a lost connection, a command fails by the timeout, or (a cluster's master gone
+        // under load) with fred's own "channel closed": both mean the connection, not Redis.
+        let after_loss = matches!(
+            cause,
+            ConnectError::Timeout { .. } | ConnectError::Other { .. }
+        );
+        if after_loss && self.lost_a_connection() {
+            return ConnectError::Unreachable {
+                message: format!("the connection was lost ({cause})"),
+            };
+        }
+        cause
+    }
+
+    /// Whether fred reported a connection error since the store was made (read without taking
+    /// it: every failed check that asks gets the same answer).
+    fn lost_a_connection(&self) -> bool {
+        !self.inner.connection_errors.is_empty()
     }
 
     /// Closes the connection in the background (after a fallback, say).

@@ -15,7 +15,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use fred::prelude::{Client, ClientLike, Error as FredError, KeysInterface};
+use fred::prelude::{Client, ClientLike, Error as FredError, EventInterface, KeysInterface};
 use fred::types::scripts::Script;
 use fred::types::Value;
 use tokio::sync::watch;
@@ -73,6 +73,10 @@ pub struct RedisStore {
 
 /// What every clone of a [`RedisStore`] shares: the Redis clients (commands, the invalidation
 /// listener, the ASK followers), their connection state and settings, and the denial cache.
+/// fred's broadcast of connection errors, one receiver of it.
+type ConnectionErrors =
+    tokio::sync::broadcast::Receiver<(FredError, Option<fred::types::config::Server>)>;
+
 struct Connections {
     client: Client,
     script: Script,
@@ -95,6 +99,9 @@ struct Connections {
     start_error: OnceLock<ConnectError>,
     /// Whether the URL asks for TLS.
     tls: bool,
+    /// fred's connection errors (a connection closed under it, say), kept unread: only
+    /// [`cause_of`](RedisStore::cause_of) asks whether one arrived.
+    connection_errors: ConnectionErrors,
     /// Cluster with `global_shards > 1` only: the global tier's shard keys (see `sharded`).
     global: Option<sharded::GlobalShards>,
     /// Cluster only: the connections that follow ASK redirections (see `ask`).
@@ -127,6 +134,7 @@ impl RedisStore {
                 (Client::default(), true, false)
             }
         };
+        let connection_errors = client.error_rx();
         let store = Self {
             inner: Arc::new(Connections {
                 client,
@@ -153,6 +161,7 @@ impl RedisStore {
                 started: AtomicBool::new(failed),
                 start_error,
                 tls: connection::uses_tls(config),
+                connection_errors,
             }),
         };
         store.start();
