@@ -1,6 +1,7 @@
 //! The three ways to name the user id (an owning closure, a header, a borrowing closure) over
-//! real HTTP: they decide alike, a header a client leaves empty or garbles is no id (the client
-//! address stands in), and the borrowed id survives the waiting path of the Redis store.
+//! real HTTP: they decide alike, a header a client leaves empty or garbles (not UTF-8) is no id
+//! (the client address stands in), a UTF-8 id is its own user, and the borrowed id survives the
+//! waiting path of the Redis store.
 #![cfg(all(feature = "axum", feature = "redis"))]
 
 mod common;
@@ -63,14 +64,14 @@ type Named = fn(RateLimitLayer) -> RateLimitLayer;
 const SOURCES: [(&str, Named); 3] = [
     ("owning closure", |layer| {
         layer.user_id(|parts| {
-            let id = parts.headers.get("x-user-id")?.to_str().ok()?;
+            let id = std::str::from_utf8(parts.headers.get("x-user-id")?.as_bytes()).ok()?;
             (!id.is_empty()).then(|| id.to_owned())
         })
     }),
     ("header", |layer| layer.user_id_header("x-user-id")),
     ("borrowing closure", |layer| {
         layer.user_id_ref(|parts| {
-            let id = parts.headers.get("x-user-id")?.to_str().ok()?;
+            let id = std::str::from_utf8(parts.headers.get("x-user-id")?.as_bytes()).ok()?;
             (!id.is_empty()).then_some(Cow::Borrowed(id))
         })
     }),
@@ -78,9 +79,10 @@ const SOURCES: [(&str, Named); 3] = [
 
 #[tokio::test]
 async fn every_way_of_naming_the_user_decides_alike() {
-    // A sequence of ids, including ones a hostile client sends: empty, not text (obs-text
-    // bytes), and ids that spell the fallback key of an address.
-    let ids: [Option<&[u8]>; 12] = [
+    // A sequence of ids, including ones a hostile client sends: empty, not UTF-8 (Latin-1
+    // obs-text bytes), and ids that spell the fallback key of an address; and a UTF-8 id
+    // that is not ASCII, a user of its own.
+    let ids: [Option<&[u8]>; 16] = [
         Some(b"alice"),
         Some(b"alice"),
         Some(b"bob"),
@@ -93,6 +95,10 @@ async fn every_way_of_naming_the_user_decides_alike() {
         Some(b"bob"),
         Some(b"bob"),
         Some(b"alice"),
+        Some("josé".as_bytes()),
+        Some("josé".as_bytes()),
+        Some("josé".as_bytes()),
+        Some("josé".as_bytes()),
     ];
     let mut answers = Vec::new();
     for (name, named) in SOURCES {
@@ -118,6 +124,17 @@ async fn every_way_of_naming_the_user_decides_alike() {
         first[7].0,
         StatusCode::TOO_MANY_REQUESTS,
         "the address's fourth"
+    );
+    let statuses: Vec<StatusCode> = first[12..].iter().map(|(status, _)| *status).collect();
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ],
+        "josé's own three, then a 429"
     );
     for (name, seen) in &answers[1..] {
         assert_eq!(

@@ -20,9 +20,10 @@ async fn rate_limit(
     peer: SocketAddr,
     headers: HeaderMap,
 ) -> Result<Json<serde_json::Value>, (StatusCode, String)> {
+    // As the layer reads it (`user_id_header`): any UTF-8 but empty.
     let id = headers
         .get("x-user-id")
-        .and_then(|v| v.to_str().ok())
+        .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
         .filter(|id| !id.is_empty());
     let ip = layer.client_ip(&headers, peer.ip());
     let user = id.map_or(UserKey::Ip(ip), UserKey::Id);
@@ -47,10 +48,7 @@ pub(crate) fn app(
 ) -> Router {
     let usage = limiter.clone();
     let mut layer = RateLimitLayer::from_limiter(limiter)
-        .user_id(|parts| {
-            let id = parts.headers.get("x-user-id")?.to_str().ok()?;
-            (!id.is_empty()).then(|| id.to_owned())
-        })
+        .user_id_header("x-user-id")
         .trusted_proxies(trusted_proxies);
     if let Some(name) = client_ip_header {
         layer = layer.client_ip_header(name);

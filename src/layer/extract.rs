@@ -160,7 +160,9 @@ impl UserIdSource {
     pub(crate) fn of<'p>(&self, head: Head<'p>) -> Option<Cow<'p, str>> {
         match self {
             Self::Absent => None,
-            Self::Header(name) => match head.headers().get(name)?.to_str() {
+            // Any UTF-8 (`josé` is a user of its own, its key encoded), not only the visible
+            // ASCII of `HeaderValue::to_str`.
+            Self::Header(name) => match std::str::from_utf8(head.headers().get(name)?.as_bytes()) {
                 Ok("") | Err(_) => None,
                 Ok(id) => Some(Cow::Borrowed(id)),
             },

@@ -289,7 +289,8 @@ impl RateLimitLayer {
     }
 
     /// The user id is the value of this request header, borrowed (no allocation per request).
-    /// A missing, empty or non-visible-ASCII value is no id: the client address stands in.
+    /// A missing, empty or non-UTF-8 value is no id: the client address stands in. Any UTF-8
+    /// value is an id (`josé` is a user of its own; every id's key is encoded).
     ///
     /// Name only a header that your own authentication writes (a gateway in front, or a
     /// middleware before this layer that replaces whatever the client sent): a client that
