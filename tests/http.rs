@@ -462,6 +462,33 @@ async fn post_and_get_on_one_route_share_its_endpoint_key() {
     );
 }
 
+/// README: under `route_layer`, a method the route does not serve still matched it, so its
+/// 405 is counted there like any other request.
+#[tokio::test]
+async fn a_method_the_route_does_not_serve_is_counted_on_the_route() {
+    let app = items_router().route_layer(RateLimitLayer::new(config(0, 2, 0)));
+    let base = serve(app, true).await;
+    let client = reqwest::Client::new();
+    let url = format!("{base}/api/v1/items/1");
+    let mut seen = Vec::new();
+    for method in [http::Method::DELETE, http::Method::PUT, http::Method::GET] {
+        let resp = client.request(method, &url).send().await.unwrap();
+        let remaining = resp
+            .headers()
+            .get("x-ratelimit-remaining")
+            .map(|v| v.to_str().unwrap().to_owned());
+        seen.push((resp.status(), remaining));
+    }
+    assert_eq!(
+        seen,
+        [
+            (StatusCode::METHOD_NOT_ALLOWED, Some("1".to_owned())),
+            (StatusCode::METHOD_NOT_ALLOWED, Some("0".to_owned())),
+            (StatusCode::TOO_MANY_REQUESTS, Some("0".to_owned())),
+        ]
+    );
+}
+
 async fn get_forwarded(
     client: &reqwest::Client,
     url: &str,
