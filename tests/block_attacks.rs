@@ -292,6 +292,23 @@ async fn a_timed_out_block_says_it_may_land_and_repeating_settles_it() {
     let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
     let detail = body["detail"].as_str().unwrap();
     assert!(detail.contains("may still land later") && detail.contains("safe to repeat"));
+    // A read that times out changed nothing, and says so (not "may not have landed").
+    server.pause();
+    let req = Request::get("/usage?user=mallory")
+        .body(Body::empty())
+        .unwrap();
+    let resp = admin.clone().oneshot(req).await.unwrap();
+    server.resume();
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 16)
+        .await
+        .unwrap();
+    let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("Nothing was changed") && !detail.contains("land"),
+        "{detail}"
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Repeating the unblock (or the block) settles it, whatever the paused commands did.
     limiter.unblock(BlockTarget::User("mallory")).await.unwrap();

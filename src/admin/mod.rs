@@ -174,7 +174,11 @@ async fn usage(
     let request = CheckRequest::new(user, q.endpoint.as_deref());
     match limiter.usage_request(request).await {
         Ok(usage) => json(StatusCode::OK, &usage),
-        Err(e) => unavailable(&e),
+        Err(e) => problem(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Store unavailable",
+            &format!("the rate limit store failed: {e}. Nothing was changed; ask again"),
+        ),
     }
 }
 
