@@ -277,34 +277,35 @@ async fn a_timed_out_block_says_it_may_land_and_repeating_settles_it() {
     let server = RedisServer::start();
     let limiter = impatient_limiter(&server).await;
     let admin = admin::router(limiter.clone());
-    server.pause();
+    // The admin route's answer to `req` while Redis is paused: its status and problem detail.
+    let paused = |req: Request<Body>| {
+        let (admin, server) = (admin.clone(), &server);
+        async move {
+            server.pause();
+            let resp = admin.oneshot(req).await.unwrap();
+            server.resume();
+            let status = resp.status();
+            let bytes = axum::body::to_bytes(resp.into_body(), 1 << 16)
+                .await
+                .unwrap();
+            let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            (status, body["detail"].as_str().unwrap().to_owned())
+        }
+    };
     let req = Request::post("/block")
         .header("content-type", "application/json")
         .body(Body::from(r#"{"user":"mallory","seconds":3600}"#))
         .unwrap();
-    let resp = admin.clone().oneshot(req).await.unwrap();
-    server.resume();
+    let (status, detail) = paused(req).await;
     // The honest answer: a 503 that says the change may still land, and is safe to repeat.
-    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 16)
-        .await
-        .unwrap();
-    let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-    let detail = body["detail"].as_str().unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(detail.contains("may still land later") && detail.contains("safe to repeat"));
     // A read that times out changed nothing, and says so (not "may not have landed").
-    server.pause();
     let req = Request::get("/usage?user=mallory")
         .body(Body::empty())
         .unwrap();
-    let resp = admin.clone().oneshot(req).await.unwrap();
-    server.resume();
-    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 16)
-        .await
-        .unwrap();
-    let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-    let detail = body["detail"].as_str().unwrap();
+    let (status, detail) = paused(req).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(
         detail.contains("Nothing was changed") && !detail.contains("land"),
         "{detail}"
