@@ -500,11 +500,13 @@ async fn without_recovery_the_fallback_is_for_good_even_when_redis_returns() {
     limiter.wait_connected().await;
     server.kill();
     // Killed while idle: by the next check the client is reconnecting, and fred holds the
-    // command until the timeout. Still `unreachable` (docs/REDIS.md), not `timeout`.
+    // command until the timeout. Still `unreachable` (docs/REDIS.md), not `timeout`, with the
+    // fix of an unreachable Redis only.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(limiter.check("u", "/").await.allowed());
     let cause = limiter.fallback_cause().unwrap();
     assert_eq!(cause.reason(), "unreachable", "{cause:?}");
+    assert_eq!(cause.to_string().matches("fix:").count(), 1, "{cause}");
     server.restart();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(limiter.check("u", "/").await.allowed());

@@ -141,7 +141,9 @@ impl RedisStore {
         );
         if after_loss && self.lost_a_connection() {
             return ConnectError::Unreachable {
-                message: format!("the connection was lost ({cause})"),
+                message: format!(
+                    "the connection was lost, and the check failed after it within {timeout:?}"
+                ),
             };
         }
         cause

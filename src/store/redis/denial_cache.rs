@@ -168,7 +168,14 @@ impl DenialCache {
     /// 1/[`PURGE_SHARE`] of the entries it kept, and none runs before then.
     #[cold]
     fn purge(&self, now: u64) -> bool {
-        if now < self.purge_at.load(Ordering::Acquire) {
+        // One purge at a time: the first to claim it scans (`u64::MAX` until it is done); the
+        // others keep their denial out, as before a purge is due.
+        let due = self.purge_at.load(Ordering::Acquire);
+        let claimed = now >= due
+            && (self.purge_at)
+                .compare_exchange(due, u64::MAX, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok();
+        if !claimed {
             return false;
         }
         let mut kept = Vec::with_capacity(MAX_KEYS);
@@ -206,6 +213,8 @@ impl DenialCache {
     pub(crate) fn forget_all(&self) {
         self.epoch.fetch_add(1, Ordering::AcqRel);
         self.entries.clear();
+        // What the last purge kept is gone: the cache may fill with denials that end sooner.
+        self.purge_at.store(0, Ordering::Release);
     }
 
     /// The invalidation subscription is up: answer from the cache from now on.
@@ -217,6 +226,7 @@ impl DenialCache {
     pub(crate) fn disable(&self) {
         self.live.store(false, Ordering::Release);
         self.entries.clear();
+        self.purge_at.store(0, Ordering::Release);
     }
 }
 
@@ -334,6 +344,25 @@ mod tests {
         cache.remember("new".into(), cost(1), then, 8 * MS, 5 * MS);
         assert_eq!(cache.entries.len(), MAX_KEYS - eighth as usize);
         assert_eq!(cache.get("new", cost(1), then), Some(8 * MS));
+    }
+
+    #[test]
+    fn forgetting_everything_lets_the_next_full_cache_purge_at_once() {
+        let cache = DenialCache::default();
+        cache.enable();
+        let hour = Duration::from_secs(3_600);
+        for i in 0..=MAX_KEYS as u64 {
+            cache.remember(format!("k{i}"), cost(1), 0, hour, hour);
+        }
+        // The purge at the one past the cap found nothing ended: none before an hour has gone.
+        cache.forget_all();
+        // Refilled with denials of a millisecond, all ended a second later.
+        for i in 0..MAX_KEYS as u64 {
+            cache.remember(format!("j{i}"), cost(1), 0, MS, MS);
+        }
+        let second = 1_000_000;
+        cache.remember("new".into(), cost(1), second, 8 * MS, 5 * MS);
+        assert_eq!(cache.get("new", cost(1), second), Some(8 * MS));
     }
 
     #[test]

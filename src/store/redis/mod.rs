@@ -71,12 +71,12 @@ pub struct RedisStore {
     inner: Arc<Connections>,
 }
 
-/// What every clone of a [`RedisStore`] shares: the Redis clients (commands, the invalidation
-/// listener, the ASK followers), their connection state and settings, and the denial cache.
 /// fred's broadcast of connection errors, one receiver of it.
 type ConnectionErrors =
     tokio::sync::broadcast::Receiver<(FredError, Option<fred::types::config::Server>)>;
 
+/// What every clone of a [`RedisStore`] shares: the Redis clients (commands, the invalidation
+/// listener, the ASK followers), their connection state and settings, and the denial cache.
 struct Connections {
     client: Client,
     script: Script,
