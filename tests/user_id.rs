@@ -144,6 +144,34 @@ async fn every_way_of_naming_the_user_decides_alike() {
     }
 }
 
+/// `RateLimitLayer::user_id_of` reads a request's id as the layer charges it, whatever the
+/// source: what a handler reporting the caller's own usage asks with.
+#[test]
+fn the_layer_tells_the_id_it_charges() {
+    let heads: [(Option<&[u8]>, Option<&str>); 5] = [
+        (Some(b"alice"), Some("alice")),
+        (Some("josé".as_bytes()), Some("josé")),
+        (Some(b""), None),
+        (Some(b"caf\xe9"), None),
+        (None, None),
+    ];
+    for (name, named) in SOURCES {
+        let layer = named(RateLimitLayer::new(config(3)));
+        for (value, want) in heads {
+            let mut request = http::Request::builder();
+            if let Some(value) = value {
+                request = request.header("x-user-id", HeaderValue::from_bytes(value).unwrap());
+            }
+            let (parts, ()) = request.body(()).unwrap().into_parts();
+            assert_eq!(
+                layer.user_id_of(&parts).as_deref(),
+                want,
+                "{name}: {value:?}"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_borrowed_user_id_is_counted_on_redis_too() {
     let server = RedisServer::start();

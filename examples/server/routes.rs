@@ -3,7 +3,8 @@
 use std::net::SocketAddr;
 
 use axum::extract::{ConnectInfo, Path};
-use axum::http::{HeaderMap, HeaderName, StatusCode};
+use axum::http::request::Parts;
+use axum::http::{HeaderName, StatusCode};
 use axum::routing::get;
 use axum::{Json, Router};
 use tiered_ratelimit::{CheckRequest, IpNet, RateLimitLayer, RateLimiter, UserKey};
@@ -12,21 +13,17 @@ use tiered_ratelimit::{CheckRequest, IpNet, RateLimitLayer, RateLimiter, UserKey
 const LIMITED_ROUTES: [&str; 2] = ["/api/v1/items", "/api/v1/items/{id}"];
 
 /// `GET /rate-limit`: the caller's usage on each limited route, in the bucket the layer charges:
-/// the `X-User-Id` header, else the client address as the layer finds it (behind trusted
-/// proxies, the client they name; IPv6 grouped by /64). Records nothing.
+/// its user id (the `X-User-Id` header), else the client address as the layer finds it (behind
+/// trusted proxies, the client they name; IPv6 grouped by /64). Records nothing.
 async fn rate_limit(
     limiter: RateLimiter,
     layer: RateLimitLayer,
     peer: SocketAddr,
-    headers: HeaderMap,
+    parts: Parts,
 ) -> Result<Json<serde_json::Value>, (StatusCode, String)> {
-    // As the layer reads it (`user_id_header`): any UTF-8 but empty.
-    let id = headers
-        .get("x-user-id")
-        .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
-        .filter(|id| !id.is_empty());
-    let ip = layer.client_ip(&headers, peer.ip());
-    let user = id.map_or(UserKey::Ip(ip), UserKey::Id);
+    let id = layer.user_id_of(&parts);
+    let ip = layer.client_ip(&parts.headers, peer.ip());
+    let user = id.as_deref().map_or(UserKey::Ip(ip), UserKey::Id);
     let mut resources = serde_json::Map::new();
     for route in LIMITED_ROUTES {
         let usage = limiter
@@ -35,7 +32,7 @@ async fn rate_limit(
             .map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
         resources.insert(route.to_owned(), serde_json::json!(usage));
     }
-    let caller = id.map_or_else(|| ip.to_string(), str::to_owned);
+    let caller = id.map_or_else(|| ip.to_string(), |id| id.into_owned());
     Ok(Json(
         serde_json::json!({ "user": caller, "resources": resources }),
     ))
@@ -58,9 +55,9 @@ pub(crate) fn app(
         .route("/api/v1/items", get(list_items).post(create_item))
         .route("/api/v1/items/{id}", get(get_item))
         .route_layer(layer);
-    let rate_limit = move |ConnectInfo(peer): ConnectInfo<SocketAddr>, headers: HeaderMap| {
+    let rate_limit = move |ConnectInfo(peer): ConnectInfo<SocketAddr>, parts: Parts| {
         let (limiter, layer) = (usage.clone(), keys.clone());
-        async move { rate_limit(limiter, layer, peer, headers).await }
+        async move { rate_limit(limiter, layer, peer, parts).await }
     };
     Router::new()
         .route("/health", get(|| async { "ok" }))

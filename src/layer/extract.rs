@@ -73,7 +73,7 @@ impl Endpoint<'_> {
 impl RateLimitLayer {
     /// The user id of a request, borrowed from it where the source allows.
     #[inline]
-    pub(crate) fn user_id_of<'p>(&self, head: Head<'p>) -> Option<Cow<'p, str>> {
+    pub(crate) fn user_id_in<'p>(&self, head: Head<'p>) -> Option<Cow<'p, str>> {
         self.settings.user_id.of(head)
     }
 

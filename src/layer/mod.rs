@@ -270,9 +270,18 @@ impl RateLimitLayer {
     /// The address this layer keys a request without a user id by, for a request from `peer`
     /// with `headers`: the peer, or the client named by the [trusted
     /// proxies](Self::trusted_proxies), IPv6 grouped by [`ipv6_prefix`](Self::ipv6_prefix).
-    /// A handler that reports a caller's own usage asks for the bucket the layer charged.
+    /// With [`user_id_of`](Self::user_id_of), a handler that reports a caller's own usage
+    /// asks for the bucket the layer charged.
     pub fn client_ip(&self, headers: &http::HeaderMap, peer: IpAddr) -> IpAddr {
         self.settings.client_ip.client(headers, peer)
+    }
+
+    /// The user id this layer reads from a request whose head is `parts` (its header or
+    /// closure, as set with [`user_id_header`](Self::user_id_header), [`user_id`](Self::user_id)
+    /// or [`user_id_ref`](Self::user_id_ref)); `None`: the request has none, and the layer
+    /// keys it by its [`client_ip`](Self::client_ip).
+    pub fn user_id_of<'p>(&self, parts: &'p Parts) -> Option<Cow<'p, str>> {
+        self.user_id_in(extract::Head::Parts(parts))
     }
 
     /// How to find the user id in a request. `None` falls back to the client IP.

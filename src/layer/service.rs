@@ -100,7 +100,7 @@ impl<S> RateLimit<S> {
     #[inline]
     fn check(&self, head: Head<'_>) -> (Result<Decision, Pending>, HeaderStyle) {
         let layer = &self.layer;
-        let user_id = layer.user_id_of(head);
+        let user_id = layer.user_id_in(head);
         let ip = if user_id.is_none() {
             let ip = layer.client_ip_of(head);
             if ip.is_none() {
