@@ -15,12 +15,22 @@ use tiered_ratelimit::{
     Backend, ManualClock, RateLimitConfig, RateLimitConfigBuilder, RateLimiter, TimeSource,
 };
 
-/// A free TCP port on 127.0.0.1 (free when asked; callers retry if it is taken meanwhile).
+/// A free TCP port on 127.0.0.1 (free when asked; callers retry if it is taken meanwhile),
+/// never one this process was given before: tests starting servers at once never race for
+/// the same port.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind a free port")
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("bind a free port");
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// Why `redis-server` could not start, and the fix.
@@ -136,7 +146,14 @@ impl RedisServer {
                 return false;
             }
             if self.ping() {
-                return true;
+                // Another test's server may hold the port (its own start won the race for a
+                // free port), and it answers PING too: only ours counts, or two tests would
+                // share a server and see each other's clients and commands.
+                if self.served_by_child() {
+                    return true;
+                }
+                self.kill();
+                return false;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -152,6 +169,18 @@ impl RedisServer {
                 .is_some_and(|r| r.starts_with("+PONG")),
             _ => self.cli(&["PING"]).trim() == "PONG",
         }
+    }
+
+    /// Whether the server answering on this port is the process this value started.
+    fn served_by_child(&self) -> bool {
+        let Some(pid) = self.pid() else { return false };
+        let info = match self.listen {
+            Listen::Tcp => self.command(&["INFO", "server"]).unwrap_or_default(),
+            _ => self.cli(&["INFO", "server"]),
+        };
+        info.lines()
+            .filter_map(|l| l.trim().strip_prefix("process_id:"))
+            .any(|id| id == pid.to_string())
     }
 
     /// Sends one command (RESP) and returns the raw reply, or `None` if the server is down.
