@@ -1,14 +1,28 @@
-//! Instruction-count harness: N three-tier memory checks on hot keys, a ManualClock moving
-//! 1 µs per check and a 1 ms window (so every log holds ~1000 live entries and trims one per
-//! check). Run under `valgrind --tool=callgrind`; compare the instructions with N and 2N to
-//! get the instructions per check:
-//! `cargo build --release -p tiered-ratelimit-benches --example count_check`, then
-//! `valgrind --tool=callgrind target/release/examples/count_check N` (docs/BENCHMARKS.md).
+//! Instruction-count harness of the memory check, side by side with its baseline: N three-tier
+//! checks on hot keys, ours (`RateLimiter::check`) or governor's (three `check_key`s, one per
+//! tier, as `benches/benches/check.rs` does), for `valgrind --tool=callgrind` to count.
+//! `benches/count_check.sh` runs each with N and 2N checks and divides the difference by N, so
+//! that start-up cancels out.
+//!
+//! ```text
+//! cargo build --profile instructions -p tiered-ratelimit-benches --example count_check
+//! valgrind --tool=callgrind target/instructions/examples/count_check ours 20000
+//! ```
+//!
+//! Ours: a `ManualClock` moving 1 µs per check and a 1 ms window, so that every log holds about
+//! 1,000 live entries and trims one per check (a real log's steady state); limits never
+//! reached. Governor: `DefaultKeyedRateLimiter<String>` per tier, a quota never reached, on its
+//! default clock. `ours_route` is ours on `/api/v1/items/{id}`, a route whose key part needs
+//! encoding (the limiter keeps it encoded).
 use std::future::Future;
+use std::hint::black_box;
+use std::num::NonZeroU32;
 use std::pin::pin;
+use std::process::ExitCode;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use governor::{DefaultKeyedRateLimiter, Quota};
 use tiered_ratelimit::{ManualClock, RateLimitConfig, RateLimiter};
 
 fn ready<F: Future>(f: F) -> F::Output {
@@ -19,30 +33,59 @@ fn ready<F: Future>(f: F) -> F::Output {
     }
 }
 
-fn main() {
-    let n: u64 = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(100_000);
+fn ours(route: &str, n: u64) -> u64 {
     let config = RateLimitConfig::builder()
         .window(Duration::from_millis(1))
         .user_limit(1 << 40)
         .endpoint_limit(1 << 40)
         .global_limit(1 << 40)
         .build()
-        .unwrap();
+        .expect("valid config");
     let clock = ManualClock::at(Duration::from_secs(1_000_000));
     let limiter = RateLimiter::builder(config).clock(clock.clone()).build();
     let mut allowed = 0u64;
     for _ in 0..n {
         clock.advance(Duration::from_micros(1));
-        allowed += u64::from(
-            ready(limiter.check(
-                std::hint::black_box("alice"),
-                std::hint::black_box("/api/v1/items"),
-            ))
-            .allowed(),
-        );
+        let decision = ready(limiter.check(black_box("alice"), black_box(route)));
+        allowed += u64::from(decision.allowed());
     }
-    assert_eq!(allowed, n);
+    allowed
+}
+
+fn governor(n: u64) -> u64 {
+    let tier = || DefaultKeyedRateLimiter::<String>::keyed(Quota::per_second(NonZeroU32::MAX));
+    let (user, endpoint, global) = (tier(), tier(), tier());
+    let (u, e, g) = (
+        "alice".to_owned(),
+        "/api/v1/items".to_owned(),
+        "global".to_owned(),
+    );
+    let mut allowed = 0u64;
+    for _ in 0..n {
+        let ok = user.check_key(black_box(&u)).is_ok()
+            && endpoint.check_key(black_box(&e)).is_ok()
+            && global.check_key(black_box(&g)).is_ok();
+        allowed += u64::from(ok);
+    }
+    allowed
+}
+
+fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let mode = args.next().unwrap_or_default();
+    let Some(n) = args.next().and_then(|n| n.parse::<u64>().ok()) else {
+        eprintln!("usage: count_check ours|ours_route|governor N");
+        return ExitCode::from(2);
+    };
+    let allowed = match mode.as_str() {
+        "ours" => ours("/api/v1/items", n),
+        "ours_route" => ours("/api/v1/items/{id}", n),
+        "governor" => governor(n),
+        _ => {
+            eprintln!("usage: count_check ours|ours_route|governor N");
+            return ExitCode::from(2);
+        }
+    };
+    assert_eq!(allowed, n, "every check is admitted");
+    ExitCode::SUCCESS
 }
