@@ -164,8 +164,14 @@ impl Clock for ManualClock {
     }
 }
 
+/// Whole microseconds in `d`, `u64::MAX` past it (in 64-bit arithmetic: every check converts
+/// its time and window).
+#[inline]
 pub(crate) fn saturating_micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+    d.as_secs()
+        .checked_mul(1_000_000)
+        .and_then(|us| us.checked_add(u64::from(d.subsec_micros())))
+        .unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
@@ -183,6 +189,30 @@ mod tests {
                 now + 5_000 >= before && now <= after + 5_000,
                 "{before} {now} {after}"
             );
+        }
+    }
+
+    #[test]
+    fn saturating_micros_is_the_whole_microseconds_or_the_maximum() {
+        let reference = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        let max_secs = u64::MAX / 1_000_000;
+        for d in [
+            Duration::ZERO,
+            Duration::from_nanos(999),
+            Duration::from_nanos(1_000),
+            Duration::new(1, 999_999_999),
+            Duration::new(max_secs, 551_615_000),
+            Duration::new(max_secs, 551_616_000),
+            Duration::new(max_secs, 999_999_999),
+            Duration::new(max_secs + 1, 0),
+            Duration::MAX,
+        ] {
+            assert_eq!(saturating_micros(d), reference(d), "{d:?}");
+        }
+        let mut next = crate::test_rng::seeded(7);
+        for _ in 0..10_000 {
+            let d = Duration::new(next() % (max_secs + 2), (next() % 1_000_000_000) as u32);
+            assert_eq!(saturating_micros(d), reference(d), "{d:?}");
         }
     }
 
