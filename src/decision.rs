@@ -37,40 +37,73 @@ use crate::tier::Tier;
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {
-    pub(crate) allowed: bool,
     pub(crate) remaining: u64,
-    pub(crate) retry_after: Duration,
-    pub(crate) blocked_by: Option<Tier>,
-    pub(crate) shadow_blocked_by: Option<Tier>,
-    /// The tier closest to its limit and when it next gains capacity.
-    pub(crate) binding: Option<(Tier, Duration)>,
+    /// The wait, in µs rounded up (every store counts in µs), so that a decision is small to
+    /// move: it is made, returned and rendered on every request.
+    retry_after_us: u64,
+    /// When the binding tier next gains capacity (µs, rounded up).
+    resets_in_us: u64,
     /// The limit of each tier that applied, indexed by tier (0: the tier did not apply).
     pub(crate) limits: [u64; 3],
     /// The window the limits are counted over.
     pub(crate) window: Duration,
-    /// The request's cost, and the blocking tier's limit when the cost is above it.
-    pub(crate) cost: u64,
-    pub(crate) cost_limit: Option<u64>,
+    /// The request's cost.
+    cost: u64,
+    /// The blocking tier's limit when the cost is above it (limits are never 0: 0 is none).
+    cost_limit: u64,
+    allowed: bool,
+    blocked_by: Option<Tier>,
+    shadow_blocked_by: Option<Tier>,
+    /// The tier closest to its limit (it next gains capacity after `resets_in_us`).
+    binding: Option<Tier>,
     /// Denied by an operator's block, not by a full window.
-    pub(crate) by_block: bool,
+    by_block: bool,
+}
+
+/// `d` in whole µs, rounded up (so that no wait is ever told shorter than it is), saturating.
+#[inline]
+fn micros_up(d: Duration) -> u64 {
+    let nanos = d.subsec_nanos();
+    d.as_secs()
+        .checked_mul(1_000_000)
+        .and_then(|us| us.checked_add(u64::from(nanos.div_ceil(1_000))))
+        .unwrap_or(u64::MAX)
 }
 
 impl Decision {
+    /// Allowed with nothing to say about any tier (the base of the others).
     #[inline]
-    pub(crate) fn admit(remaining: u64) -> Self {
+    fn base(remaining: u64) -> Self {
         Self {
-            allowed: true,
             remaining,
-            retry_after: Duration::ZERO,
-            blocked_by: None,
-            shadow_blocked_by: None,
-            binding: None,
+            retry_after_us: 0,
+            resets_in_us: 0,
             limits: [0; 3],
             window: Duration::ZERO,
             cost: 1,
-            cost_limit: None,
+            cost_limit: 0,
+            allowed: true,
+            blocked_by: None,
+            shadow_blocked_by: None,
+            binding: None,
             by_block: false,
         }
+    }
+
+    /// Allowed, `remaining` left in the `binding` tier, which gains capacity after `resets_in`.
+    #[inline]
+    pub(crate) fn admit(remaining: u64, binding: Tier, resets_in: Duration) -> Self {
+        Self {
+            binding: Some(binding),
+            resets_in_us: micros_up(resets_in),
+            ..Self::base(remaining)
+        }
+    }
+
+    /// Let through because the store could not answer: nothing remaining, no tier binding.
+    #[inline]
+    pub(crate) fn let_through() -> Self {
+        Self::base(0)
     }
 
     /// No tier applies to a request of `cost`: allowed, nothing to count down, no header.
@@ -78,7 +111,7 @@ impl Decision {
     pub(crate) fn unlimited(cost: u64) -> Self {
         Self {
             cost,
-            ..Self::admit(u64::MAX)
+            ..Self::base(u64::MAX)
         }
     }
 
@@ -105,38 +138,37 @@ impl Decision {
     /// have said (`X-RateLimit-Remaining: 0`, `Retry-After: n`).
     #[inline]
     pub(crate) fn shadow_deny(tier: Tier, retry_after: Duration) -> Self {
+        let wait = micros_up(retry_after);
         Self {
             remaining: 0,
-            retry_after,
+            retry_after_us: wait,
             shadow_blocked_by: Some(tier),
-            binding: Some((tier, retry_after)),
-            ..Self::admit(0)
+            binding: Some(tier),
+            resets_in_us: wait,
+            ..Self::base(0)
         }
-    }
-
-    /// The tier closest to its limit, and when it next gains capacity.
-    #[inline]
-    pub(crate) fn with_binding(mut self, tier: Tier, resets_in: Duration) -> Self {
-        if self.binding.is_none() {
-            self.binding = Some((tier, resets_in));
-        }
-        self
     }
 
     /// Sets the request's cost; when the blocking tier's limit is below it, that is the reason.
-    /// In place, as [`set_tiers`](Self::set_tiers): a decision is large to move.
+    /// In place: a decision is large to move.
     #[inline]
     pub(crate) fn set_cost(&mut self, cost: u64) {
         self.cost = cost;
-        self.cost_limit = self
-            .blocked_by
-            .filter(|_| !self.by_block)
-            .and_then(|tier| self.limit(tier))
-            .filter(|&limit| limit < cost);
+        self.cost_limit = match self.blocked_by {
+            Some(tier) if !self.by_block => {
+                let limit = self.limits[tier as usize];
+                if limit < cost {
+                    limit
+                } else {
+                    0
+                }
+            }
+            _ => 0,
+        };
     }
 
     /// Sets the tiers that applied, with their limits, and the window.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn set_tiers(
         &mut self,
         tiers: impl IntoIterator<Item = (Tier, u64)>,
@@ -189,18 +221,17 @@ impl Decision {
     /// ```
     #[inline]
     pub fn retry_after(&self) -> Duration {
-        self.retry_after
+        Duration::from_micros(self.retry_after_us)
     }
 
     /// The `Retry-After` value: whole seconds rounded up; 0 when allowed, at least 1 when denied
     /// (or allowed only by shadow mode).
     #[inline]
     pub fn retry_after_secs(&self) -> u64 {
-        if self.retry_after.is_zero() {
+        if self.retry_after_us == 0 {
             return 0;
         }
-        let secs = self.retry_after.as_secs() + u64::from(self.retry_after.subsec_nanos() > 0);
-        secs.max(1)
+        self.retry_after_us.div_ceil(1_000_000).max(1)
     }
 
     /// The tier that denied the request, if any.
@@ -223,7 +254,7 @@ impl Decision {
     /// window).
     #[inline]
     pub fn cost_exceeds_limit(&self) -> bool {
-        self.cost_limit.is_some()
+        self.cost_limit != 0
     }
 
     /// The units the request spent (or would have): 1 unless checked with a cost.
@@ -270,13 +301,14 @@ impl Decision {
     #[inline]
     pub fn binding(&self) -> Option<(Tier, Duration)> {
         self.binding
+            .map(|tier| (tier, Duration::from_micros(self.resets_in_us)))
     }
 
     /// The blocking tier's limit when the request's cost is above it (see
     /// [`cost_exceeds_limit`](Self::cost_exceeds_limit)).
     #[inline]
     pub fn cost_limit(&self) -> Option<u64> {
-        self.cost_limit
+        Some(self.cost_limit).filter(|&limit| limit != 0)
     }
 }
 
@@ -309,12 +341,33 @@ mod tests {
         assert_eq!(d.retry_after_secs(), 2);
         let d = Decision::deny(Tier::User, Duration::from_micros(1));
         assert_eq!(d.retry_after_secs(), 1);
-        assert_eq!(Decision::admit(7).retry_after_secs(), 0);
+        assert_eq!(
+            Decision::admit(7, Tier::User, Duration::ZERO).retry_after_secs(),
+            0
+        );
+    }
+
+    /// A store's wait is kept in whole µs, rounded up: a custom store's nanoseconds never make
+    /// a wait (or its whole seconds) shorter than the truth.
+    #[test]
+    fn a_wait_is_kept_in_microseconds_rounded_up() {
+        let d = Decision::deny(Tier::User, Duration::new(1, 500));
+        assert_eq!(d.retry_after(), Duration::from_micros(1_000_001));
+        assert_eq!(d.retry_after_secs(), 2);
+        let d = Decision::deny(Tier::User, Duration::from_nanos(1));
+        assert_eq!(
+            (d.retry_after(), d.retry_after_secs()),
+            (Duration::from_micros(1), 1)
+        );
+        let d = Decision::deny(Tier::User, Duration::MAX);
+        assert_eq!(d.retry_after(), Duration::from_micros(u64::MAX));
+        let a = Decision::admit(0, Tier::Global, Duration::from_nanos(1_001));
+        assert_eq!(a.binding(), Some((Tier::Global, Duration::from_micros(2))));
     }
 
     #[test]
     fn limits_are_reported_per_tier() {
-        let mut d = Decision::admit(3);
+        let mut d = Decision::admit(3, Tier::User, Duration::ZERO);
         d.set_tiers(
             [(Tier::User, 5), (Tier::Global, 100)],
             Duration::from_secs(60),

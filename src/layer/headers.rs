@@ -134,7 +134,10 @@ mod tests {
         assert_eq!(h[RETRY_AFTER], "2");
         let d = limited(Decision::deny(Tier::User, Duration::from_micros(1)));
         assert_eq!(to_header_map(&d, HeaderStyle::Legacy)[RETRY_AFTER], "1");
-        let a = to_header_map(&limited(Decision::admit(7)), HeaderStyle::Legacy);
+        let a = to_header_map(
+            &limited(Decision::admit(7, Tier::User, Duration::ZERO)),
+            HeaderStyle::Legacy,
+        );
         assert_eq!(a[RETRY_AFTER], "0");
         assert_eq!(a[&X_RATELIMIT_REMAINING], "7");
         assert!(to_header_map(&Decision::unlimited(1), HeaderStyle::Both).is_empty());

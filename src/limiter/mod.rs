@@ -33,41 +33,45 @@ pub use self::builder::RateLimiterBuilder;
 use self::live::Live;
 pub use self::usage::Usage;
 
-/// The decision for a store's answer to `req`, with the tiers that applied and its cost.
+/// The decision for a store's answer to `req`, with the tiers that applied and its cost; a
+/// failing store lets the request through (and is counted under `backend`'s label).
 #[inline]
 fn conclude(
     outcome: Result<StoreOutcome, StoreError>,
-    backend: &'static str,
+    backend: impl FnOnce() -> &'static str,
     req: &StoreRequest<'_>,
 ) -> Decision {
-    let mut decision = decide(outcome, backend);
-    decision.set_tiers(req.tiers.iter().map(|t| (t.tier, t.limit)), req.window);
-    decision.set_cost(req.cost);
-    decision
-}
-
-/// The decision for a store's answer; a failing store lets the request through.
-#[inline]
-fn decide(outcome: Result<StoreOutcome, StoreError>, backend: &'static str) -> Decision {
-    match outcome {
+    let mut limits = [0; 3];
+    for t in req.tiers {
+        limits[t.tier as usize] = t.limit;
+    }
+    let mut decision = match outcome {
         Ok(StoreOutcome::Admitted {
             remaining,
             binding,
             resets_in,
             shadow_denied: None,
-        }) => Decision::admit(remaining).with_binding(binding, resets_in),
+        }) => Decision::admit(remaining, binding, resets_in),
         Ok(StoreOutcome::Admitted {
             shadow_denied: Some((tier, retry_after)),
             ..
         }) => Decision::shadow_deny(tier, retry_after),
         Ok(StoreOutcome::Denied { tier, retry_after }) => Decision::deny(tier, retry_after),
         Ok(StoreOutcome::Blocked { tier, retry_after }) => Decision::block(tier, retry_after),
-        Err(error) => {
-            observe::store_error(backend);
-            tracing::error!(%error, backend, "rate limit store failed; request let through");
-            Decision::admit(0)
-        }
-    }
+        Err(error) => store_failed(&error, backend()),
+    };
+    decision.limits = limits;
+    decision.window = req.window;
+    decision.set_cost(req.cost);
+    decision
+}
+
+/// A failing store lets the request through: counted, logged, nothing remaining.
+#[cold]
+fn store_failed(error: &StoreError, backend: &'static str) -> Decision {
+    observe::store_error(backend);
+    tracing::error!(%error, backend, "rate limit store failed; request let through");
+    Decision::let_through()
 }
 
 /// The future of a check: ready at once on memory, boxed when it waits on a store.
@@ -333,7 +337,7 @@ impl RateLimiter {
         let mut tiers = [NO_TIER; 3];
         let decision = match keys.store_request(now, config, &mut tiers) {
             Some(req) => match self.inner.store.check_now(&req) {
-                Some(outcome) => conclude(outcome, self.inner.store.backend().label(), &req),
+                Some(outcome) => conclude(outcome, || self.inner.store.backend().label(), &req),
                 None => {
                     let live = arc_swap::Guard::into_inner(live);
                     return (Err((live, now, keys.into_owned())), style);
@@ -361,7 +365,7 @@ impl RateLimiter {
         let outcome = self.inner.store.check(&store_request).await;
         observe::store_duration(backend, started.elapsed().as_secs_f64());
         self.inner.watch_backend();
-        let decision = conclude(outcome, backend, &store_request);
+        let decision = conclude(outcome, || backend, &store_request);
         observe::record(&decision);
         decision
     }
