@@ -30,10 +30,8 @@ impl MemoryStore {
     /// Forgets every key.
     pub fn clear(&self) {
         for map in [&self.inner.users, &self.inner.endpoints] {
-            map.retain(|_, _| {
-                self.inner.tracked.fetch_sub(1, Ordering::AcqRel);
-                false
-            });
+            let removed = map.retain(|_, _| false);
+            self.inner.tracked.fetch_sub(removed, Ordering::AcqRel);
         }
         self.inner.global.lock().entries.clear();
     }
@@ -41,8 +39,8 @@ impl MemoryStore {
     pub(super) fn with_log<R>(&self, tier: Tier, id: &str, f: impl FnOnce(&Log) -> R) -> Option<R> {
         match tier {
             Tier::Global => Some(f(&self.inner.global.lock())),
-            Tier::User => self.inner.users.get(id).map(|r| f(r.value())),
-            Tier::Endpoint => self.inner.endpoints.get(id).map(|r| f(r.value())),
+            Tier::User => self.inner.users.with(id, f),
+            Tier::Endpoint => self.inner.endpoints.with(id, f),
         }
     }
 

@@ -5,6 +5,8 @@
 use std::collections::VecDeque;
 
 use super::ring::Ring;
+use crate::algorithm::TierFacts;
+use crate::store::TierCheck;
 
 /// One key's sliding log: the admitted requests' timestamps (µs since the epoch), oldest first.
 #[derive(Debug, Default)]
@@ -23,29 +25,35 @@ pub(super) struct Costs {
     dropped: u64,
 }
 
+impl Costs {
+    /// The units of the entries kept. Totals wrap around u64 over a key's lifetime; a
+    /// difference of two of them is exact as long as the units live in the window fit in a
+    /// u64 (they are at most a limit).
+    #[inline]
+    fn units(&self) -> u64 {
+        self.cumulative
+            .back()
+            .map_or(0, |&last| last.wrapping_sub(self.dropped))
+    }
+
+    /// Drops the totals of the `n` oldest entries, keeping the last one dropped.
+    #[cold]
+    fn drop_front(&mut self, n: usize) {
+        for _ in 0..n {
+            self.dropped = self.cumulative.pop_front().unwrap_or(self.dropped);
+        }
+    }
+}
+
 impl Log {
     /// Drops entries older than `cutoff` (an entry at exactly `cutoff` still counts).
     #[inline]
     pub(super) fn trim(&mut self, cutoff: u64) {
-        while self.entries.front().is_some_and(|t| t < cutoff) {
-            self.entries.pop_front();
+        let gone = self.entries.pop_below(cutoff);
+        if gone > 0 {
             if let Some(costs) = &mut self.costs {
-                costs.dropped = costs.cumulative.pop_front().unwrap_or(costs.dropped);
+                costs.drop_front(gone);
             }
-        }
-    }
-
-    /// The units recorded in the log.
-    #[inline]
-    pub(super) fn count(&self) -> u64 {
-        match &self.costs {
-            None => self.entries.len() as u64,
-            // Totals wrap around u64 over a key's lifetime; a difference of two of them is exact
-            // as long as the units live in the window fit in a u64 (they are at most a limit).
-            Some(c) => c
-                .cumulative
-                .back()
-                .map_or(0, |&last| last.wrapping_sub(c.dropped)),
         }
     }
 
@@ -78,13 +86,42 @@ impl Log {
         self.entries.get(index)
     }
 
-    /// Records one request of `cost` units at `at`: one entry, whatever the cost.
-    #[inline]
-    pub(super) fn record(&mut self, at: u64, cost: u64) {
-        self.entries.push_back(at);
-        if cost == 1 && self.costs.is_none() {
-            return;
+    /// Trims the log at `cutoff` and tells what it holds for the algorithm, as `tier`.
+    #[inline(always)]
+    pub(super) fn facts(&mut self, tier: &TierCheck<'_>, cutoff: u64) -> TierFacts {
+        let (gone, left, oldest) = self.entries.trim(cutoff);
+        let count = match &mut self.costs {
+            None => left as u64,
+            Some(costs) => {
+                if gone > 0 {
+                    costs.drop_front(gone);
+                }
+                costs.units()
+            }
+        };
+        TierFacts {
+            limit: tier.limit,
+            shadow: tier.shadow,
+            count,
+            oldest,
         }
+    }
+
+    /// Records one request of `cost` units at `now`, or at the newest entry's time if that is
+    /// later: the log stays sorted even when threads read the clock in one order and lock in
+    /// another.
+    #[inline(always)]
+    pub(super) fn record_at_least(&mut self, now: u64, cost: u64) {
+        self.entries.push_at_least(now);
+        if cost != 1 || self.costs.is_some() {
+            self.record_cost(cost);
+        }
+    }
+
+    /// The running total of the entry just recorded, for a log with costs (or its first cost).
+    #[cold]
+    #[inline(never)]
+    fn record_cost(&mut self, cost: u64) {
         let len = self.entries.len() as u64;
         let costs = self.costs.get_or_insert_with(|| {
             // Until now every entry cost 1.

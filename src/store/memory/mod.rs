@@ -1,44 +1,36 @@
-//! The in-process store: one sliding log per key in a [`DashMap`], decided under the logs' locks.
+//! The in-process store: one sliding log per key in sharded hash tables, decided under the
+//! logs' locks.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dashmap::mapref::entry::VacantEntry;
-use dashmap::mapref::one::RefMut;
-use dashmap::DashMap;
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::Mutex;
 
-use super::{Backend, Store, StoreError, StoreOutcome, StoreRequest, TierCheck};
-use crate::algorithm::{self, TierFacts, Verdict};
+use super::{Backend, Store, StoreError, StoreOutcome, StoreRequest};
 use crate::clock::saturating_micros;
 use crate::config::DEFAULT_MAX_TRACKED_KEYS;
 use crate::tier::Tier;
 
 mod blocks;
+mod decide;
 mod inspect;
 mod log;
+mod map;
 mod ring;
 mod sweep;
 mod usage;
 
 use self::blocks::Blocks;
+use self::decide::Shape;
 use self::log::Log;
-
-type LogMap = DashMap<Box<str>, Log, ahash::RandomState>;
-
-const NO_FACTS: TierFacts = TierFacts {
-    limit: 0,
-    shadow: false,
-    count: 0,
-    oldest: None,
-};
+use self::map::LogMap;
 
 /// Shards per map: enough that checks of different keys rarely meet on one shard lock.
 const SHARDS: usize = 64;
 
-/// The in-memory store: sliding logs in [`DashMap`]s, exact under any number of threads.
+/// The in-memory store: sliding logs in sharded hash tables, exact under any number of threads.
 ///
 /// # Exactness
 /// A check holds the locks of all its tiers at once — the user key's shard of the users map,
@@ -49,9 +41,9 @@ const SHARDS: usize = 64;
 ///
 /// # Cost
 /// A check of a key already tracked allocates nothing: keys are looked up by `&str`, and a
-/// log's deque only grows when its window holds more than ever before. Trimming pops expired
+/// log's ring only grows when its window holds more than ever before. Trimming pops expired
 /// entries from the front, so a check is amortized O(1) whatever the number of live entries.
-/// Each recorded request costs 8 bytes (16 at most while the deque's capacity is doubling);
+/// Each recorded request costs 8 bytes (16 at most while the ring's capacity is doubling);
 /// a key that has seen a request costing more than one unit keeps a running total beside
 /// each entry (16 bytes an entry), so that a request of any cost is still one entry.
 ///
@@ -97,35 +89,6 @@ struct TierLogs {
     blocks: Blocks,
 }
 
-/// A held tier log: a DashMap shard's write guard, the same for a key not in the map yet (with
-/// the empty log it would get), or the global mutex's guard.
-enum Held<'a> {
-    Map(RefMut<'a, Box<str>, Log>),
-    /// Boxed: rare (a key's first admission), and it keeps the common guard small to move.
-    New(Box<(VacantEntry<'a, Box<str>, Log>, Log)>),
-    Global(MutexGuard<'a, Log>),
-}
-
-impl Held<'_> {
-    #[inline]
-    fn log_ref(&self) -> &Log {
-        match self {
-            Self::Map(r) => r.value(),
-            Self::New(new) => &new.1,
-            Self::Global(g) => g,
-        }
-    }
-
-    #[inline]
-    fn log(&mut self) -> &mut Log {
-        match self {
-            Self::Map(r) => r.value_mut(),
-            Self::New(new) => &mut new.1,
-            Self::Global(g) => g,
-        }
-    }
-}
-
 impl Default for MemoryStore {
     fn default() -> Self {
         Self::new()
@@ -140,7 +103,7 @@ impl MemoryStore {
 
     /// A store that tracks at most `max_keys` user and endpoint keys at once (at least 1).
     pub fn with_max_keys(max_keys: usize) -> Self {
-        let map = || LogMap::with_hasher_and_shard_amount(ahash::RandomState::new(), SHARDS);
+        let map = || LogMap::new(SHARDS);
         Self {
             inner: Arc::new(TierLogs {
                 users: map(),
@@ -162,11 +125,12 @@ impl MemoryStore {
         if tiers.is_empty() {
             return Ok(StoreOutcome::nothing_to_count());
         }
-        if tiers.len() > 3 || has_duplicate_tier(tiers) {
+        let Some(shape) = Shape::of(tiers) else {
             return Err(StoreError::new(
-                "a request names each of the three tiers at most once",
+                "a request names its tiers most specific first (user, endpoint, global), \
+                 each at most once",
             ));
-        }
+        };
         let now = saturating_micros(req.now);
         let window = saturating_micros(req.window);
         let inner = &*self.inner;
@@ -178,7 +142,7 @@ impl MemoryStore {
         }
         let mut may_sweep = true;
         loop {
-            match inner.decide(req, now, window) {
+            match inner.decide(req, shape, now, window) {
                 Ok(outcome) => return Ok(outcome),
                 // An admitted request needs a new key at the cap, with a sweep due: sweep with
                 // no lock held (keys without a live entry go), then decide once more.
@@ -205,140 +169,9 @@ impl MemoryStore {
             Tier::User => &self.inner.users,
             Tier::Endpoint => &self.inner.endpoints,
         };
-        if map.remove(id).is_some() {
+        if map.remove(id) {
             self.inner.tracked.fetch_sub(1, Ordering::AcqRel);
         }
-    }
-}
-
-fn has_duplicate_tier(tiers: &[TierCheck<'_>]) -> bool {
-    tiers
-        .iter()
-        .enumerate()
-        .any(|(i, a)| tiers[..i].iter().any(|b| b.tier == a.tier))
-}
-
-impl TierLogs {
-    /// Decides one request under its tiers' locks. `Err(tier)`: the request would be admitted
-    /// but needs a new key (the first such is `tier`'s) while the key cap is reached; nothing
-    /// was recorded.
-    fn decide(&self, req: &StoreRequest<'_>, now: u64, window: u64) -> Result<StoreOutcome, Tier> {
-        let tiers = req.tiers;
-        let mut held = self.hold_all(tiers);
-        let cutoff = now.saturating_sub(window);
-        let mut facts = [NO_FACTS; 3];
-        for ((h, t), f) in held.iter_mut().zip(tiers).zip(facts.iter_mut()) {
-            let Some(h) = h else { continue };
-            let log = h.log();
-            log.trim(cutoff);
-            *f = TierFacts {
-                limit: t.limit,
-                shadow: t.shadow,
-                count: log.count(),
-                oldest: log.entries.front(),
-            };
-        }
-        let facts = &facts[..tiers.len()];
-        let verdict = algorithm::decide(facts, now, window, req.cost, |i, units| {
-            held[i].as_ref().and_then(|h| h.log_ref().expiry_of(units))
-        });
-        let outcome = StoreOutcome::of_verdict(&verdict, tiers);
-        // Denied: the logs are left as they were, and a key made for this check (`Held::New`)
-        // is dropped with the guards, never inserted.
-        if let Verdict::Admitted { records, .. } = verdict {
-            self.record(&mut held, records, req, now)?;
-        }
-        Ok(outcome)
-    }
-
-    /// Records an admitted request in the tiers that `records` it. New keys are inserted only
-    /// now, and only within the cap: `Err` names the first tier whose new key would pass it.
-    fn record(
-        &self,
-        held: &mut [Option<Held<'_>>; 3],
-        records: [bool; 3],
-        req: &StoreRequest<'_>,
-        now: u64,
-    ) -> Result<(), Tier> {
-        let is_new = |h: &Option<Held<'_>>| matches!(h, Some(Held::New(..)));
-        let mut new_keys = 0;
-        let mut first_new = None;
-        for (i, (h, r)) in held.iter().zip(records).enumerate() {
-            if r && is_new(h) {
-                new_keys += 1;
-                first_new = first_new.or(Some(i));
-            }
-        }
-        if let Some(first) = first_new {
-            if !self.try_reserve(new_keys) {
-                return Err(req.tiers[first].tier);
-            }
-        }
-        for (h, _) in held.iter_mut().zip(records).filter(|(_, r)| *r) {
-            let Some(h) = h else { continue };
-            let log = h.log();
-            // Never record before the newest entry: the log stays sorted even when threads
-            // read the clock in one order and lock in another.
-            let at = log.entries.back().map_or(now, |b| b.max(now));
-            log.record(at, req.cost);
-        }
-        if new_keys > 0 {
-            for h in held.iter_mut() {
-                if let Some(Held::New(..)) = h {
-                    if let Some(Held::New(new)) = h.take() {
-                        let (vacant, log) = *new;
-                        if !log.entries.is_empty() {
-                            vacant.insert(log);
-                        }
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Locks every tier's log (in `tiers`' order), always taking them user, endpoint, global.
-    #[inline]
-    fn hold_all<'a>(&'a self, tiers: &[TierCheck<'_>]) -> [Option<Held<'a>>; 3] {
-        let mut held: [Option<Held<'a>>; 3] = [None, None, None];
-        for kind in [Tier::User, Tier::Endpoint, Tier::Global] {
-            if let Some(pos) = tiers.iter().position(|t| t.tier == kind) {
-                held[pos] = Some(self.hold(&tiers[pos]));
-            }
-        }
-        held
-    }
-
-    /// Locks one tier's log; a key not tracked yet is held vacant, with an empty log that is
-    /// inserted only if the request is admitted.
-    ///
-    /// Called with the locks of earlier tiers (in user, endpoint, global order) held: the user
-    /// and endpoint maps are distinct, so a held guard never shares a shard with the one taken
-    /// here, and the sweep (the only other place that waits on shard locks while working) runs
-    /// only with no lock held, takes one shard at a time and waits on nothing else.
-    #[inline]
-    fn hold(&self, t: &TierCheck<'_>) -> Held<'_> {
-        let map = match t.tier {
-            Tier::Global => return Held::Global(self.global.lock()),
-            Tier::User => &self.users,
-            Tier::Endpoint => &self.endpoints,
-        };
-        if let Some(found) = map.get_mut(t.id) {
-            return Held::Map(found);
-        }
-        match map.entry(Box::from(t.id)) {
-            dashmap::Entry::Occupied(found) => Held::Map(found.into_ref()),
-            dashmap::Entry::Vacant(vacant) => Held::New(Box::new((vacant, Log::default()))),
-        }
-    }
-
-    /// Counts `n` new keys in, unless that would pass the cap.
-    fn try_reserve(&self, n: usize) -> bool {
-        self.tracked
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
-                t.checked_add(n).filter(|&after| after <= self.max_keys)
-            })
-            .is_ok()
     }
 }
 

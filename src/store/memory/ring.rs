@@ -6,20 +6,27 @@
 //! every request, so the few instructions saved per operation are saved three times a check.
 
 /// A FIFO queue of `u64`, oldest first.
+///
+/// `head` and `tail` run free (they wrap around `usize`, never reset by a pop or a push): the
+/// value at position `i` is in slot `(head + i) & mask`, the length is `tail - head`, and no
+/// operation needs more than one mask.
 #[derive(Default)]
 pub(super) struct Ring {
     /// Empty, or a power-of-two length.
     buf: Box<[u64]>,
-    /// Where the oldest value is.
+    /// `buf.len() - 1` (0 while `buf` is empty: no slot is read then).
+    mask: usize,
+    /// Where the oldest value is (before the mask).
     head: usize,
-    len: usize,
+    /// Where the next value goes (before the mask).
+    tail: usize,
 }
 
 /// The values, oldest first (as a `VecDeque` prints), not the buffer's slots.
 impl std::fmt::Debug for Ring {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list()
-            .entries((0..self.len).map(|i| self.buf[self.slot(i)]))
+            .entries((0..self.len()).map(|i| self.buf[self.slot(i)]))
             .finish()
     }
 }
@@ -28,13 +35,7 @@ impl Ring {
     /// The number of values held.
     #[inline]
     pub(super) fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether it holds nothing.
-    #[inline]
-    pub(super) fn is_empty(&self) -> bool {
-        self.len == 0
+        self.tail.wrapping_sub(self.head)
     }
 
     /// How many values it can hold before it grows.
@@ -46,45 +47,111 @@ impl Ring {
     /// The buffer position of the value at `i` (valid while `buf` is not empty).
     #[inline]
     fn slot(&self, i: usize) -> usize {
-        (self.head + i) & (self.buf.len() - 1)
+        self.head.wrapping_add(i) & self.mask
     }
 
     /// The value at position `i` (0: the oldest).
     #[inline]
     pub(super) fn get(&self, i: usize) -> Option<u64> {
-        (i < self.len).then(|| self.buf[self.slot(i)])
+        if i < self.len() {
+            Some(self.buf[self.slot(i)])
+        } else {
+            None
+        }
     }
 
     /// The oldest value.
     #[inline]
     pub(super) fn front(&self) -> Option<u64> {
-        self.get(0)
+        if self.head != self.tail {
+            Some(self.buf[self.head & self.mask])
+        } else {
+            None
+        }
     }
 
     /// The newest value.
     #[inline]
     pub(super) fn back(&self) -> Option<u64> {
-        (self.len > 0).then(|| self.buf[self.slot(self.len - 1)])
+        if self.head != self.tail {
+            Some(self.buf[self.tail.wrapping_sub(1) & self.mask])
+        } else {
+            None
+        }
     }
 
     /// Takes the oldest value out.
-    #[inline]
+    #[cfg(test)]
     pub(super) fn pop_front(&mut self) -> Option<u64> {
         let value = self.front()?;
-        self.head = self.slot(1);
-        self.len -= 1;
+        self.head = self.head.wrapping_add(1);
         Some(value)
     }
 
-    /// Adds `value` as the newest, doubling the buffer when it is full.
+    /// Takes out every value below `cutoff` from the front (the values must be sorted, as a
+    /// log's are), and says how many went.
     #[inline]
-    pub(super) fn push_back(&mut self, value: u64) {
-        if self.len == self.buf.len() {
+    pub(super) fn pop_below(&mut self, cutoff: u64) -> usize {
+        let start = self.head;
+        while self.head != self.tail && self.buf[self.head & self.mask] < cutoff {
+            self.head = self.head.wrapping_add(1);
+        }
+        self.head.wrapping_sub(start)
+    }
+
+    /// [`pop_below`](Self::pop_below), then the number of values left and the oldest of them:
+    /// the three in one pass, reading the ring's fields once (a check does this per tier).
+    #[inline(always)]
+    pub(super) fn trim(&mut self, cutoff: u64) -> (usize, usize, Option<u64>) {
+        let (start, tail) = (self.head, self.tail);
+        // A buffer of one slot or more (an empty ring may have none): then no slot `x & mask`
+        // is past its end, which the compiler sees, and it checks no index in the loop.
+        let Some(mask) = self.buf.len().checked_sub(1) else {
+            return (0, 0, None);
+        };
+        let mut head = start;
+        let mut oldest = None;
+        while head != tail {
+            let value = self.buf[head & mask];
+            if value >= cutoff {
+                oldest = Some(value);
+                break;
+            }
+            head = head.wrapping_add(1);
+        }
+        self.head = head;
+        (head.wrapping_sub(start), tail.wrapping_sub(head), oldest)
+    }
+
+    /// Adds `value`, or the newest value if that is larger, as the newest: the ring stays
+    /// sorted whatever order its values come in.
+    #[inline(always)]
+    pub(super) fn push_at_least(&mut self, value: u64) -> u64 {
+        if self.len() == self.buf.len() {
             self.grow();
         }
-        let slot = self.slot(self.len);
-        self.buf[slot] = value;
-        self.len += 1;
+        let (head, tail) = (self.head, self.tail);
+        let Some(mask) = self.buf.len().checked_sub(1) else {
+            unreachable!("a ring that has grown has slots")
+        };
+        let value = if head == tail {
+            value
+        } else {
+            value.max(self.buf[tail.wrapping_sub(1) & mask])
+        };
+        self.buf[tail & mask] = value;
+        self.tail = tail.wrapping_add(1);
+        value
+    }
+
+    /// Adds `value` as the newest, doubling the buffer when it is full.
+    #[cfg(test)]
+    pub(super) fn push_back(&mut self, value: u64) {
+        if self.len() == self.buf.len() {
+            self.grow();
+        }
+        self.buf[self.tail & self.mask] = value;
+        self.tail = self.tail.wrapping_add(1);
     }
 
     #[cold]
@@ -94,21 +161,21 @@ impl Ring {
 
     /// Moves the values, in order, into a buffer of `capacity` (a power of two, ≥ len).
     fn resize(&mut self, capacity: usize) {
+        let len = self.len();
         let mut buf = vec![0; capacity].into_boxed_slice();
-        for (i, value) in buf.iter_mut().take(self.len).enumerate() {
+        for (i, value) in buf.iter_mut().take(len).enumerate() {
             *value = self.buf[self.slot(i)];
         }
         self.buf = buf;
+        self.mask = capacity.saturating_sub(1);
         self.head = 0;
+        self.tail = len;
     }
 
     /// Gives back the memory it does not need: the smallest power of two that holds the values.
     pub(super) fn shrink_to_fit(&mut self) {
-        let capacity = if self.len == 0 {
-            0
-        } else {
-            self.len.next_power_of_two()
-        };
+        let len = self.len();
+        let capacity = if len == 0 { 0 } else { len.next_power_of_two() };
         if capacity < self.buf.len() {
             self.resize(capacity);
         }
@@ -117,14 +184,14 @@ impl Ring {
     /// Forgets every value (keeping the buffer).
     pub(super) fn clear(&mut self) {
         self.head = 0;
-        self.len = 0;
+        self.tail = 0;
     }
 
     /// The number of values, from the oldest, for which `pred` holds (the values must be
     /// partitioned by it: all that hold first), found by binary search.
     #[inline]
     pub(super) fn partition_point(&self, pred: impl Fn(u64) -> bool) -> usize {
-        let (mut lo, mut hi) = (0, self.len);
+        let (mut lo, mut hi) = (0, self.len());
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             if pred(self.buf[self.slot(mid)]) {
@@ -158,7 +225,27 @@ mod tests {
                     ring.push_back(clock);
                     model.push_back(clock);
                 }
-                5..=7 => assert_eq!(ring.pop_front(), model.pop_front(), "step {step}"),
+                5 | 6 => assert_eq!(ring.pop_front(), model.pop_front(), "step {step}"),
+                7 if next().is_multiple_of(2) => {
+                    let cut = clock.saturating_sub(next() % 8);
+                    let gone = model.iter().take_while(|&&t| t < cut).count();
+                    model.drain(..gone);
+                    assert_eq!(ring.pop_below(cut), gone, "step {step}");
+                }
+                7 => {
+                    let cut = clock.saturating_sub(next() % 8);
+                    let gone = model.iter().take_while(|&&t| t < cut).count();
+                    model.drain(..gone);
+                    let left = (gone, model.len(), model.front().copied());
+                    assert_eq!(ring.trim(cut), left, "step {step}");
+                }
+                9 if next().is_multiple_of(4) => {
+                    // Never below the newest: what the log records when clocks disagree.
+                    let value = clock.saturating_sub(next() % 3);
+                    let kept = model.back().map_or(value, |&b: &u64| b.max(value));
+                    model.push_back(kept);
+                    assert_eq!(ring.push_at_least(value), kept, "step {step}");
+                }
                 8 if next().is_multiple_of(50) => {
                     ring.shrink_to_fit();
                     assert!(ring.capacity() >= ring.len());
@@ -178,7 +265,6 @@ mod tests {
                 }
             }
             assert_eq!(ring.len(), model.len());
-            assert_eq!(ring.is_empty(), model.is_empty());
             assert_eq!(ring.front(), model.front().copied());
             assert_eq!(ring.back(), model.back().copied());
             let i = (next() as usize) % (model.len() + 2);

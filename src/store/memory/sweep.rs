@@ -15,9 +15,8 @@ impl TierLogs {
         let mut earliest_idle = now.saturating_add(window).saturating_add(1);
         let mut removed = 0usize;
         for map in [&self.users, &self.endpoints] {
-            map.retain(|_, log| {
+            removed += map.retain(|_, log| {
                 if log.idle(cutoff) {
-                    removed += 1;
                     return false;
                 }
                 log.trim(cutoff);
@@ -37,9 +36,7 @@ impl TierLogs {
         self.tracked.fetch_sub(removed, Ordering::AcqRel);
         self.blocks.purge(now);
         for map in [&self.users, &self.endpoints] {
-            if map.capacity() > 1024 && map.capacity() > 4 * map.len() {
-                map.shrink_to_fit();
-            }
+            map.shrink();
         }
         // Sweep once a window, but at least every second and at most every minute.
         let interval = window.clamp(1_000_000, 60_000_000);

@@ -1,0 +1,243 @@
+//! One request decided under its tiers' locks: the memory store's check.
+//!
+//! The tiers' logs are locked user, endpoint, global (a request names them in that order),
+//! trimmed, and their facts handed to the [algorithm](crate::algorithm); an admitted request
+//! is then recorded where the verdict says, and a key it needed is inserted only then.
+
+use super::log::Log;
+use super::map::Locked;
+use super::TierLogs;
+use crate::algorithm::{self, TierFacts, Verdict};
+use crate::store::{StoreOutcome, StoreRequest, TierCheck};
+use crate::tier::Tier;
+
+const NO_FACTS: TierFacts = TierFacts {
+    limit: 0,
+    shadow: false,
+    count: 0,
+    oldest: None,
+};
+
+/// Which tiers a request names (it names them in this order: user, endpoint, global).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Shape {
+    user: bool,
+    endpoint: bool,
+    global: bool,
+}
+
+impl Shape {
+    /// The shape of `tiers`; `None` unless they are named most specific first (user, endpoint,
+    /// global), each at most once.
+    #[inline]
+    pub(super) fn of(tiers: &[TierCheck<'_>]) -> Option<Self> {
+        // Bit `t` for tier `t`; in order iff each tier's bit is above every earlier one's.
+        let mut bits = 0u8;
+        let mut ordered = tiers.len() <= 3;
+        for t in tiers {
+            let bit = 1u8 << (t.tier as u8);
+            ordered &= bit > bits;
+            bits |= bit;
+        }
+        ordered.then_some(Self {
+            user: bits & 1 != 0,
+            endpoint: bits & 2 != 0,
+            global: bits & 4 != 0,
+        })
+    }
+}
+
+/// The log of a map tier's key under its shard's lock: the tracked one, or `fresh` (empty) for
+/// a key not tracked yet, which `new` then says.
+#[inline]
+fn log_in<'a>(
+    locked: &'a mut Locked<'_>,
+    id: &str,
+    fresh: &'a mut Log,
+    new: &mut bool,
+) -> &'a mut Log {
+    match locked.find(id) {
+        Some(log) => log,
+        None => {
+            *new = true;
+            fresh
+        }
+    }
+}
+
+/// The decision on the logs of a request's tiers (`logs`, in the request's order, locked by
+/// the caller): trims them, asks the algorithm, and records an admitted request where the
+/// verdict says, unless `admit` (told where it would be recorded) refuses it: then nothing is
+/// recorded and its error is returned. With the tiers the request was recorded in.
+#[inline]
+fn decide_on(
+    logs: &mut [Option<&mut Log>; 3],
+    tiers: &[TierCheck<'_>],
+    now: u64,
+    window: u64,
+    cost: u64,
+    admit: impl FnOnce(&[bool; 3]) -> Result<(), Tier>,
+) -> Result<(StoreOutcome, [bool; 3]), Tier> {
+    let cutoff = now.saturating_sub(window);
+    let mut facts = [NO_FACTS; 3];
+    for ((log, t), f) in logs.iter_mut().zip(tiers).zip(&mut facts) {
+        if let Some(log) = log {
+            *f = log.facts(t, cutoff);
+        }
+    }
+    let verdict = algorithm::decide(&facts[..tiers.len()], now, window, cost, |i, units| {
+        logs[i].as_deref().and_then(|log| log.expiry_of(units))
+    });
+    let outcome = StoreOutcome::of_verdict(&verdict, tiers);
+    // Denied: the logs are left as they were.
+    let Verdict::Admitted { records, .. } = verdict else {
+        return Ok((outcome, [false; 3]));
+    };
+    admit(&records)?;
+    for (log, _) in logs.iter_mut().zip(records).filter(|(_, r)| *r) {
+        if let Some(log) = log {
+            log.record_at_least(now, cost);
+        }
+    }
+    Ok((outcome, records))
+}
+
+impl TierLogs {
+    /// Decides one request of `shape` under its tiers' locks. `Err(tier)`: the request would be
+    /// admitted but needs a new key (the first such is `tier`'s) while the key cap is reached;
+    /// nothing was recorded.
+    ///
+    /// The locks are taken user, endpoint, global: the user and endpoint maps are distinct, so
+    /// a held guard never shares a shard with the one taken next, and the sweep (the only other
+    /// place that waits on shard locks while working) runs only with no lock held, takes one
+    /// shard at a time and waits on nothing else. So two checks never deadlock.
+    #[inline]
+    pub(super) fn decide(
+        &self,
+        req: &StoreRequest<'_>,
+        shape: Shape,
+        now: u64,
+        window: u64,
+    ) -> Result<StoreOutcome, Tier> {
+        let tiers = req.tiers;
+        // Where each map tier sits in the request (the global tier is last).
+        let (u, e) = (0, usize::from(shape.user));
+        let mut user = shape.user.then(|| self.users.lock(tiers[u].id));
+        let mut endpoint = shape.endpoint.then(|| self.endpoints.lock(tiers[e].id));
+        let mut global = shape.global.then(|| self.global.lock());
+        let user_log = user.as_mut().map(|locked| locked.find(tiers[u].id));
+        let endpoint_log = endpoint.as_mut().map(|locked| locked.find(tiers[e].id));
+        if matches!(user_log, Some(None)) || matches!(endpoint_log, Some(None)) {
+            // A key not tracked yet: decided apart, with nothing held meanwhile.
+            drop((global, endpoint, user));
+            return self.decide_new(req, shape, now, window);
+        }
+        let mut logs: [Option<&mut Log>; 3] = [None, None, None];
+        let mut n = 0;
+        for log in [
+            user_log.flatten(),
+            endpoint_log.flatten(),
+            global.as_deref_mut(),
+        ] {
+            if log.is_some() {
+                logs[n] = log;
+                n += 1;
+            }
+        }
+        decide_on(&mut logs, tiers, now, window, req.cost, |_| Ok(())).map(|(outcome, _)| outcome)
+    }
+
+    /// [`decide`](Self::decide) for a request with a key not tracked yet: that key is decided
+    /// on an empty log, and inserted only if the request is recorded in it, within the cap.
+    #[cold]
+    #[inline(never)]
+    fn decide_new(
+        &self,
+        req: &StoreRequest<'_>,
+        shape: Shape,
+        now: u64,
+        window: u64,
+    ) -> Result<StoreOutcome, Tier> {
+        let tiers = req.tiers;
+        let (u, e) = (0, usize::from(shape.user));
+        let mut user = shape.user.then(|| self.users.lock(tiers[u].id));
+        let mut endpoint = shape.endpoint.then(|| self.endpoints.lock(tiers[e].id));
+        let mut global = shape.global.then(|| self.global.lock());
+        let (mut fresh_user, mut fresh_endpoint) = (Log::default(), Log::default());
+        let (mut new_user, mut new_endpoint) = (false, false);
+        let mut logs: [Option<&mut Log>; 3] = [None, None, None];
+        let mut n = 0;
+        if let Some(locked) = &mut user {
+            logs[n] = Some(log_in(locked, tiers[u].id, &mut fresh_user, &mut new_user));
+            n += 1;
+        }
+        if let Some(locked) = &mut endpoint {
+            logs[n] = Some(log_in(
+                locked,
+                tiers[e].id,
+                &mut fresh_endpoint,
+                &mut new_endpoint,
+            ));
+            n += 1;
+        }
+        if let Some(log) = global.as_deref_mut() {
+            logs[n] = Some(log);
+        }
+        let admit = |records: &[bool; 3]| {
+            let (user, endpoint) = (new_user && records[u], new_endpoint && records[e]);
+            if !user && !endpoint || self.try_reserve(usize::from(user) + usize::from(endpoint)) {
+                Ok(())
+            } else {
+                Err(if user { Tier::User } else { Tier::Endpoint })
+            }
+        };
+        let (outcome, records) = decide_on(&mut logs, tiers, now, window, req.cost, admit)?;
+        if let (true, true, Some(locked)) = (new_user, records[u], &mut user) {
+            locked.insert(tiers[u].id, fresh_user);
+        }
+        if let (true, true, Some(locked)) = (new_endpoint, records[e], &mut endpoint) {
+            locked.insert(tiers[e].id, fresh_endpoint);
+        }
+        Ok(outcome)
+    }
+
+    /// Counts `n` new keys in, unless that would pass the cap.
+    fn try_reserve(&self, n: usize) -> bool {
+        self.tracked
+            .fetch_update(
+                std::sync::atomic::Ordering::AcqRel,
+                std::sync::atomic::Ordering::Acquire,
+                |t| t.checked_add(n).filter(|&after| after <= self.max_keys),
+            )
+            .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shape_is_the_tiers_named_most_specific_first_each_once() {
+        let t = |tier| TierCheck::new(tier, "x", 1);
+        let (user, endpoint, global) = (t(Tier::User), t(Tier::Endpoint), t(Tier::Global));
+        let shape = |user, endpoint, global| {
+            Some(Shape {
+                user,
+                endpoint,
+                global,
+            })
+        };
+        assert_eq!(Shape::of(&[]), shape(false, false, false));
+        assert_eq!(
+            Shape::of(&[user, endpoint, global]),
+            shape(true, true, true)
+        );
+        assert_eq!(Shape::of(&[user, global]), shape(true, false, true));
+        assert_eq!(Shape::of(&[endpoint]), shape(false, true, false));
+        assert_eq!(Shape::of(&[global, user]), None);
+        assert_eq!(Shape::of(&[endpoint, user]), None);
+        assert_eq!(Shape::of(&[user, user]), None);
+        assert_eq!(Shape::of(&[user, endpoint, global, global]), None);
+    }
+}
