@@ -61,8 +61,12 @@ impl<'a> CheckRequest<'a> {
 
 /// The encoded key parts of one request, before they are borrowed into [`TierCheck`]s.
 pub(crate) struct Keys<'a> {
-    user: Option<(Cow<'a, str>, u64)>,
-    endpoint: Option<(Cow<'a, str>, u64)>,
+    /// The user tier's key part (empty when the tier does not apply).
+    user: Cow<'a, str>,
+    /// The endpoint tier's key part (empty when the tier does not apply).
+    endpoint: Cow<'a, str>,
+    /// Each tier's limit for this request, by tier (0: the tier does not apply).
+    limits: [u64; 3],
     pub(crate) cost: u64,
 }
 
@@ -94,81 +98,85 @@ impl<'a> Keys<'a> {
         plan: Option<u64>,
         route_key: impl FnOnce(&'a str) -> Cow<'a, str>,
     ) -> Self {
-        let route = request.endpoint.and_then(|r| config.route(r));
-        let route_user_limit = route.and_then(|r| r.user_limit);
-        let user_limit = route_user_limit
-            .or(plan)
-            .unwrap_or_else(|| config.user_limit());
-        let user = match request.user {
-            _ if user_limit == 0 => None,
-            UserKey::Id(id) => Some(encode_id(id)),
-            UserKey::Ip(ip) => Some(Cow::Owned(encode_ip(ip))),
-            UserKey::Anonymous => None,
+        let (route_user_limit, route_endpoint_limit) =
+            match request.endpoint.and_then(|r| config.route(r)) {
+                Some(route) => (route.user_limit, route.endpoint_limit),
+                None => (None, None),
+            };
+        let mut user_limit = match route_user_limit.or(plan) {
+            Some(limit) => limit,
+            None => config.user_limit(),
         };
-        let endpoint_limit = route
-            .and_then(|r| r.endpoint_limit)
-            .unwrap_or_else(|| config.endpoint_limit());
+        let endpoint_limit = match route_endpoint_limit {
+            Some(limit) => limit,
+            None => config.endpoint_limit(),
+        };
         let endpoint = match request.endpoint {
-            _ if endpoint_limit == 0 => None,
-            Some(route) => Some(route_key(route)),
-            None => Some(Cow::Borrowed(UNMATCHED_ENDPOINT)),
+            _ if endpoint_limit == 0 => Cow::Borrowed(""),
+            Some(route) => route_key(route),
+            None => Cow::Borrowed(UNMATCHED_ENDPOINT),
+        };
+        let mut user = match request.user {
+            _ if user_limit == 0 => Cow::Borrowed(""),
+            UserKey::Id(id) => encode_id(id),
+            UserKey::Ip(ip) => Cow::Owned(encode_ip(ip)),
+            UserKey::Anonymous => {
+                user_limit = 0;
+                Cow::Borrowed("")
+            }
         };
         // A route with a user limit of its own counts users in buckets of its own:
         // `<user>@<route>`. Encoded parts never hold `@` (addresses start with it), so the
         // last `@` splits the key unambiguously. The route's part is the endpoint key's when
         // that tier applies (not encoded twice), else encoded here.
-        let user = match (user, route_user_limit, request.endpoint) {
-            (Some(u), Some(_), Some(r)) => {
-                let part = endpoint
-                    .as_deref()
-                    .map_or_else(|| encode_id(r), Cow::Borrowed);
-                Some(Cow::Owned(format!("{u}@{part}")))
-            }
-            (user, ..) => user,
-        };
+        if let (true, Some(_), Some(route)) = (user_limit > 0, route_user_limit, request.endpoint) {
+            user = Cow::Owned(if endpoint_limit > 0 {
+                format!("{user}@{endpoint}")
+            } else {
+                format!("{user}@{}", encode_id(route))
+            });
+        }
         Self {
-            user: user.map(|u| (u, user_limit)),
-            endpoint: endpoint.map(|e| (e, endpoint_limit)),
+            user,
+            endpoint,
+            limits: [user_limit, endpoint_limit, config.global_limit()],
             cost: request.cost,
         }
     }
 
     /// The same keys, owning their text (for a check that waits in a `'static` future).
     pub(crate) fn into_owned(self) -> Keys<'static> {
-        let own = |part: Option<(Cow<'a, str>, u64)>| {
-            part.map(|(id, l)| (Cow::Owned(id.into_owned()), l))
-        };
         Keys {
-            user: own(self.user),
-            endpoint: own(self.endpoint),
+            user: Cow::Owned(self.user.into_owned()),
+            endpoint: Cow::Owned(self.endpoint.into_owned()),
+            limits: self.limits,
             cost: self.cost,
         }
     }
 
     /// Fills `tiers` with the enabled tiers, most specific first; `None` when none applies.
+    #[inline]
     fn fill<'s>(
         &'s self,
         config: &RateLimitConfig,
         tiers: &mut [TierCheck<'s>; 3],
     ) -> Option<usize> {
         let mut n = 0;
-        let mut push = |tier, id, limit| {
-            tiers[n] = TierCheck {
-                tier,
-                id,
-                limit,
-                shadow: config.is_shadow(tier),
-            };
-            n += 1;
-        };
-        if let Some((id, limit)) = &self.user {
-            push(Tier::User, id, *limit);
-        }
-        if let Some((id, limit)) = &self.endpoint {
-            push(Tier::Endpoint, id, *limit);
-        }
-        if config.global_limit() > 0 {
-            push(Tier::Global, "", config.global_limit());
+        for (tier, id) in [
+            (Tier::User, &*self.user),
+            (Tier::Endpoint, &*self.endpoint),
+            (Tier::Global, ""),
+        ] {
+            let limit = self.limits[tier as usize];
+            if limit > 0 {
+                tiers[n] = TierCheck {
+                    tier,
+                    id,
+                    limit,
+                    shadow: config.is_shadow(tier),
+                };
+                n += 1;
+            }
         }
         (n > 0).then_some(n)
     }

@@ -40,6 +40,9 @@ use crate::tier::Tier;
 pub struct RateLimitConfig {
     /// Validated: [`validate::validate`] accepted it.
     raw: RawConfig,
+    /// Whether each tier is in shadow mode, by tier: worked out once from `raw` (every check
+    /// asks, for each of its tiers).
+    shadow: [bool; 3],
 }
 
 /// Limits of one route (by its template), replacing the defaults there.
@@ -152,8 +155,9 @@ impl RateLimitConfig {
     /// through without recording it there, and headers, metrics and the
     /// [`Decision`](crate::Decision) report what enforcing it would have done (see
     /// [`RateLimitConfigBuilder::shadow`]).
+    #[inline]
     pub fn is_shadow(&self, tier: Tier) -> bool {
-        self.raw.shadow.contains(&tier)
+        self.shadow[tier as usize]
     }
 }
 
@@ -162,7 +166,8 @@ impl TryFrom<RawConfig> for RateLimitConfig {
 
     fn try_from(raw: RawConfig) -> Result<Self, ConfigError> {
         validate::validate(&raw)?;
-        Ok(Self { raw })
+        let shadow = [Tier::User, Tier::Endpoint, Tier::Global].map(|t| raw.shadow.contains(&t));
+        Ok(Self { raw, shadow })
     }
 }
 
