@@ -648,7 +648,7 @@ async fn two_limiters_share_one_store() {
 // ------------------------------------------------------------------ the Store trait
 
 #[tokio::test]
-async fn store_trait_checks_costs_and_rejects_duplicate_tiers() {
+async fn store_trait_checks_costs_and_rejects_duplicate_or_unordered_tiers() {
     let store = MemoryStore::new();
     let tiers = [
         TierCheck::new(Tier::User, "alice", 5),
@@ -691,6 +691,12 @@ async fn store_trait_checks_costs_and_rejects_duplicate_tiers() {
     let duplicate = [tiers[0], tiers[0]];
     let bad = StoreRequest::new(T0, MINUTE, 1, &duplicate);
     assert!(Store::check(&store, &bad).await.is_err());
+    // Tiers out of their order (most specific first) are refused too, recording nothing.
+    let reversed = [tiers[1], tiers[0]];
+    let bad = StoreRequest::new(T0, MINUTE, 1, &reversed);
+    let error = Store::check(&store, &bad).await.unwrap_err();
+    assert!(error.to_string().contains("most specific first"), "{error}");
+    assert_eq!(store.entries(Tier::Global, ""), 2);
     assert_eq!(
         store.entries(Tier::User, "alice"),
         2,

@@ -58,7 +58,8 @@ pub struct StoreRequest<'a> {
     pub window: Duration,
     /// How many units the request spends (1 for one request).
     pub cost: u64,
-    /// The enabled tiers, most specific first.
+    /// The enabled tiers, most specific first (user, endpoint, global), each at most once: the
+    /// memory store answers any other request with an error.
     pub tiers: &'a [TierCheck<'a>],
 }
 
