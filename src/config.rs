@@ -28,6 +28,7 @@ use crate::tier::Tier;
 pub(crate) mod builder;
 mod duration;
 pub(crate) mod error;
+pub(crate) mod hot;
 pub(crate) mod redis;
 mod validate;
 pub(crate) mod value;
@@ -36,6 +37,7 @@ pub use self::duration::{parse_duration, ParseDurationError};
 
 pub(crate) use self::builder::RateLimitConfigBuilder;
 pub(crate) use self::error::ConfigError;
+pub(crate) use self::hot::{Hot, HotConfig};
 pub(crate) use self::redis::{Recovery, RedisConfig, TimeSource};
 pub(crate) use self::value::{Plan, RateLimitConfig, RouteLimits};
 

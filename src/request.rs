@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use crate::config::RateLimitConfig;
+use crate::config::{HotConfig, RateLimitConfig, RouteLimits};
 use crate::key::{encode_id, encode_ip, UNMATCHED_ENDPOINT};
 use crate::store::{StoreRequest, TierCheck};
 use crate::tier::Tier;
@@ -59,6 +59,73 @@ impl<'a> CheckRequest<'a> {
     }
 }
 
+/// What a request's keys take from a configuration: the default limits, the route overrides,
+/// the shadow flags and the window. The whole [`RateLimitConfig`], or the few values of one
+/// without overrides that a check reads without loading it ([`HotConfig`]).
+pub(crate) trait Limits {
+    fn user_limit(&self) -> u64;
+    fn endpoint_limit(&self) -> u64;
+    fn global_limit(&self) -> u64;
+    /// The overrides of `route`, if any.
+    fn route(&self, route: &str) -> Option<&RouteLimits>;
+    fn is_shadow(&self, tier: Tier) -> bool;
+    fn window(&self) -> Duration;
+}
+
+impl Limits for RateLimitConfig {
+    #[inline]
+    fn user_limit(&self) -> u64 {
+        RateLimitConfig::user_limit(self)
+    }
+    #[inline]
+    fn endpoint_limit(&self) -> u64 {
+        RateLimitConfig::endpoint_limit(self)
+    }
+    #[inline]
+    fn global_limit(&self) -> u64 {
+        RateLimitConfig::global_limit(self)
+    }
+    #[inline]
+    fn route(&self, route: &str) -> Option<&RouteLimits> {
+        RateLimitConfig::route(self, route)
+    }
+    #[inline]
+    fn is_shadow(&self, tier: Tier) -> bool {
+        RateLimitConfig::is_shadow(self, tier)
+    }
+    #[inline]
+    fn window(&self) -> Duration {
+        RateLimitConfig::window(self)
+    }
+}
+
+impl Limits for HotConfig {
+    #[inline]
+    fn user_limit(&self) -> u64 {
+        self.limits[0]
+    }
+    #[inline]
+    fn endpoint_limit(&self) -> u64 {
+        self.limits[1]
+    }
+    #[inline]
+    fn global_limit(&self) -> u64 {
+        self.limits[2]
+    }
+    #[inline]
+    fn route(&self, _: &str) -> Option<&RouteLimits> {
+        None
+    }
+    #[inline]
+    fn is_shadow(&self, tier: Tier) -> bool {
+        self.shadow[tier as usize]
+    }
+    #[inline]
+    fn window(&self) -> Duration {
+        self.window
+    }
+}
+
 /// The encoded key parts of one request, before they are borrowed into [`TierCheck`]s.
 pub(crate) struct Keys<'a> {
     /// The user tier's key part (empty when the tier does not apply).
@@ -93,7 +160,7 @@ impl<'a> Keys<'a> {
     /// endpoint tier applies: the limiter's kept encodings, [`encode_id`] or the same).
     #[inline]
     pub(crate) fn with_route_key(
-        config: &RateLimitConfig,
+        config: &impl Limits,
         request: CheckRequest<'a>,
         plan: Option<u64>,
         route_key: impl FnOnce(&'a str) -> Cow<'a, str>,
@@ -156,11 +223,7 @@ impl<'a> Keys<'a> {
 
     /// Fills `tiers` with the enabled tiers, most specific first; `None` when none applies.
     #[inline]
-    fn fill<'s>(
-        &'s self,
-        config: &RateLimitConfig,
-        tiers: &mut [TierCheck<'s>; 3],
-    ) -> Option<usize> {
+    fn fill<'s>(&'s self, config: &impl Limits, tiers: &mut [TierCheck<'s>; 3]) -> Option<usize> {
         let mut n = 0;
         for (tier, id) in [
             (Tier::User, &*self.user),
@@ -186,7 +249,7 @@ impl<'a> Keys<'a> {
     pub(crate) fn store_request<'s>(
         &'s self,
         now: Duration,
-        config: &RateLimitConfig,
+        config: &impl Limits,
         tiers: &'s mut [TierCheck<'s>; 3],
     ) -> Option<StoreRequest<'s>> {
         let n = self.fill(config, tiers)?;

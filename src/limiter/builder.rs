@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{LimiterParts, Live, RateLimiter};
 use crate::clock::{Clock, SystemClock};
-use crate::config::RateLimitConfig;
+use crate::config::{Hot, RateLimitConfig};
 use crate::connect_error::ConnectError;
 use crate::plan::PlanResolver;
 use crate::store::{Backend, BackendListener, DynStore, MemoryStore, Store};
@@ -138,6 +138,8 @@ impl RateLimiterBuilder {
         });
         RateLimiter {
             inner: Arc::new(LimiterParts {
+                hot: Hot::new(&self.config),
+                reconfiguring: std::sync::Mutex::new(()),
                 live: arc_swap::ArcSwap::from_pointee(Live {
                     config: Arc::new(self.config),
                     plans: self.plans,

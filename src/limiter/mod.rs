@@ -10,7 +10,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 
 use crate::clock::Clock;
-use crate::config::RateLimitConfig;
+use crate::config::{Hot, RateLimitConfig};
 use crate::connect_error::ConnectError;
 use crate::decision::Decision;
 use crate::header_style::HeaderStyle;
@@ -102,6 +102,11 @@ struct LimiterParts {
     /// Every store the same way, through the one seam: memory answers through
     /// [`Store::check_now`] (no future, no allocation), the others through a boxed `check`.
     store: Box<dyn DynStore>,
+    /// What a check reads of a configuration without route overrides or plans, published
+    /// beside `live` (see [`Hot`]).
+    hot: Hot,
+    /// Held while a reconfiguration swaps `live` and publishes `hot`: writers one at a time.
+    reconfiguring: std::sync::Mutex<()>,
     /// Encoded key parts of the routes that need encoding (`/items/{id}`), kept once.
     route_keys: RouteKeys,
     /// For a store that does not call listeners itself: the listener, and the backend it last
@@ -316,10 +321,43 @@ impl RateLimiter {
 
     /// The decision now if the store can give it; else the configuration, the time and the
     /// request's keys, worked out once, for the waiting path. With the configuration's header
-    /// style: one load of the live configuration serves the whole check.
+    /// style: one configuration serves the whole check.
+    ///
+    /// A configuration without route overrides or plans is read from what the limiter
+    /// published of it ([`Hot`], no lock and no shared write); any other, or a store that
+    /// must wait, takes [`try_now_loaded`](Self::try_now_loaded)'s path.
     #[inline]
     #[allow(clippy::type_complexity)]
     fn try_now<'a>(
+        &self,
+        request: CheckRequest<'a>,
+    ) -> (
+        Result<Decision, (Arc<Live>, Duration, Keys<'a>)>,
+        HeaderStyle,
+    ) {
+        let Some(hot) = self.inner.hot.read() else {
+            return self.try_now_loaded(request);
+        };
+        let now = self.inner.clock.now();
+        let mut held = None;
+        let route_keys = &self.inner.route_keys;
+        let keys = Keys::with_route_key(&hot, request, None, |r| route_keys.key_of(r, &mut held));
+        let mut tiers = [NO_TIER; 3];
+        let decision = match keys.store_request(now, &hot, &mut tiers) {
+            Some(req) => match self.inner.store.check_now(&req) {
+                Some(outcome) => conclude(outcome, || self.inner.store.backend().label(), &req),
+                None => return self.try_now_loaded(request),
+            },
+            None => Decision::unlimited(request.cost),
+        };
+        observe::record(&decision);
+        (Ok(decision), hot.style)
+    }
+
+    /// [`try_now`](Self::try_now) under the whole configuration, loaded.
+    #[inline(never)]
+    #[allow(clippy::type_complexity)]
+    fn try_now_loaded<'a>(
         &self,
         request: CheckRequest<'a>,
     ) -> (

@@ -53,6 +53,11 @@ impl RateLimiter {
     /// # Ok(()) }
     /// ```
     pub fn reconfigure(&self, config: RateLimitConfig) -> Result<(), ConfigError> {
+        let _writer = self
+            .inner
+            .reconfiguring
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let old = self.inner.live.load();
         store_settings_unchanged(&old.config, &config)?;
         // The same resolver, with an empty cache: the old one holds the old plans' limits.
@@ -62,6 +67,7 @@ impl RateLimiter {
             ttl: p.ttl,
         });
         drop(old);
+        self.inner.hot.publish(&config);
         self.inner.live.store(Arc::new(Live {
             config: Arc::new(config),
             plans,
