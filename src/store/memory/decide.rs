@@ -4,6 +4,8 @@
 //! trimmed, and their facts handed to the [algorithm](crate::algorithm); an admitted request
 //! is then recorded where the verdict says, and a key it needed is inserted only then.
 
+use parking_lot::MutexGuard;
+
 use super::log::Log;
 use super::map::Locked;
 use super::TierLogs;
@@ -46,6 +48,14 @@ impl Shape {
         })
     }
 }
+
+/// A request's locks: its user key's shard, its endpoint key's shard and the global log, for
+/// the tiers it names.
+type Held<'a> = (
+    Option<Locked<'a>>,
+    Option<Locked<'a>>,
+    Option<MutexGuard<'a, Log>>,
+);
 
 /// The log of a map tier's key under its shard's lock: the tracked one, or `fresh` (empty) for
 /// a key not tracked yet, which `new` then says.
@@ -122,15 +132,17 @@ impl TierLogs {
         let tiers = req.tiers;
         // Where each map tier sits in the request (the global tier is last).
         let (u, e) = (0, usize::from(shape.user));
+        // Each key is looked up as soon as its shard is locked, before the next lock is taken:
+        // a user key's lookup misses the cache when users are many, and the endpoint's and
+        // the global log's locks, which every check takes, are not held meanwhile.
         let mut user = shape.user.then(|| self.users.lock(tiers[u].id));
-        let mut endpoint = shape.endpoint.then(|| self.endpoints.lock(tiers[e].id));
-        let mut global = shape.global.then(|| self.global.lock());
         let user_log = user.as_mut().map(|locked| locked.find(tiers[u].id));
+        let mut endpoint = shape.endpoint.then(|| self.endpoints.lock(tiers[e].id));
         let endpoint_log = endpoint.as_mut().map(|locked| locked.find(tiers[e].id));
+        let mut global = shape.global.then(|| self.global.lock());
         if matches!(user_log, Some(None)) || matches!(endpoint_log, Some(None)) {
-            // A key not tracked yet: decided apart, with nothing held meanwhile.
-            drop((global, endpoint, user));
-            return self.decide_new(req, shape, now, window);
+            // A key not tracked yet: decided apart, under the same locks.
+            return self.decide_new(req, shape, (user, endpoint, global), now, window);
         }
         let mut logs: [Option<&mut Log>; 3] = [None, None, None];
         let mut n = 0;
@@ -155,14 +167,12 @@ impl TierLogs {
         &self,
         req: &StoreRequest<'_>,
         shape: Shape,
+        (mut user, mut endpoint, mut global): Held<'_>,
         now: u64,
         window: u64,
     ) -> Result<StoreOutcome, Tier> {
         let tiers = req.tiers;
         let (u, e) = (0, usize::from(shape.user));
-        let mut user = shape.user.then(|| self.users.lock(tiers[u].id));
-        let mut endpoint = shape.endpoint.then(|| self.endpoints.lock(tiers[e].id));
-        let mut global = shape.global.then(|| self.global.lock());
         let (mut fresh_user, mut fresh_endpoint) = (Log::default(), Log::default());
         let (mut new_user, mut new_endpoint) = (false, false);
         let mut logs: [Option<&mut Log>; 3] = [None, None, None];
