@@ -30,7 +30,7 @@ impl MemoryStore {
     /// Forgets every key.
     pub fn clear(&self) {
         for map in [&self.inner.users, &self.inner.endpoints] {
-            let removed = map.retain(|_, _| false);
+            let removed = map.retain(|_| false);
             self.inner.tracked.fetch_sub(removed, Ordering::AcqRel);
         }
         self.inner.global.lock().entries.clear();

@@ -11,8 +11,47 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::log::Log;
 
-/// A tracked key and its log.
-type Entry = (Box<str>, Log);
+/// A tracked key and its log: 64 bytes, one cache line, for a key of up to [`INLINE`] bytes.
+type Entry = (Key, Log);
+
+/// The longest key kept in the table's slot itself, beside its log (most user ids and routes):
+/// a lookup then reads no other memory for the key, which matters when users are many and
+/// every lookup misses the cache.
+const INLINE: usize = 22;
+
+/// A tracked key's bytes: in the slot when short, else on the heap.
+enum Key {
+    Inline(u8, [u8; INLINE]),
+    Heap(Box<[u8]>),
+}
+
+impl Key {
+    fn new(id: &str) -> Self {
+        let bytes = id.as_bytes();
+        match u8::try_from(bytes.len()) {
+            Ok(len) if bytes.len() <= INLINE => {
+                let mut inline = [0; INLINE];
+                inline[..bytes.len()].copy_from_slice(bytes);
+                Self::Inline(len, inline)
+            }
+            _ => Self::Heap(Box::from(bytes)),
+        }
+    }
+
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Self::Inline(len, bytes) => &bytes[..usize::from(*len).min(INLINE)],
+            Self::Heap(bytes) => bytes,
+        }
+    }
+
+    /// Whether this is `id`'s key.
+    #[inline]
+    fn is(&self, id: &str) -> bool {
+        self.bytes() == id.as_bytes()
+    }
+}
 
 /// One shard, on cache lines of its own: checks of keys in neighbouring shards, on other
 /// cores, do not contend for a line.
@@ -55,7 +94,8 @@ impl LogMap {
     /// Locks `id`'s shard (the key need not be tracked).
     #[inline]
     pub(super) fn lock(&self, id: &str) -> Locked<'_> {
-        let hash = self.hasher.hash_one(id);
+        // As bytes, as a table that grows rehashes its keys.
+        let hash = self.hasher.hash_one(id.as_bytes());
         Locked {
             table: self.shard_of(hash).lock(),
             hasher: &self.hasher,
@@ -73,7 +113,7 @@ impl LogMap {
     pub(super) fn remove(&self, id: &str) -> bool {
         let mut locked = self.lock(id);
         let hash = locked.hash;
-        match locked.table.find_entry(hash, |(key, _)| **key == *id) {
+        match locked.table.find_entry(hash, |(key, _)| key.is(id)) {
             Ok(entry) => {
                 entry.remove();
                 true
@@ -82,13 +122,13 @@ impl LogMap {
         }
     }
 
-    /// Keeps the keys for which `keep` says so, one shard at a time; how many went.
-    pub(super) fn retain(&self, mut keep: impl FnMut(&str, &mut Log) -> bool) -> usize {
+    /// Keeps the keys whose logs `keep` says so of, one shard at a time; how many went.
+    pub(super) fn retain(&self, mut keep: impl FnMut(&mut Log) -> bool) -> usize {
         let mut removed = 0;
         for shard in &self.shards {
             let mut table = shard.0.lock();
             let before = table.len();
-            table.retain(|(key, log)| keep(key, log));
+            table.retain(|(_, log)| keep(log));
             removed += before - table.len();
         }
         removed
@@ -105,7 +145,7 @@ impl LogMap {
         for shard in &self.shards {
             let mut table = shard.0.lock();
             if table.capacity() > 64 && table.capacity() > 4 * table.len() {
-                table.shrink_to_fit(|(key, _)| self.hasher.hash_one(&**key));
+                table.shrink_to_fit(|(key, _)| self.hasher.hash_one(key.bytes()));
             }
         }
     }
@@ -125,7 +165,7 @@ impl Locked<'_> {
     #[inline]
     pub(super) fn find(&mut self, id: &str) -> Option<&mut Log> {
         self.table
-            .find_mut(self.hash, |(key, _)| **key == *id)
+            .find_mut(self.hash, |(key, _)| key.is(id))
             .map(|(_, log)| log)
     }
 
@@ -134,8 +174,8 @@ impl Locked<'_> {
     pub(super) fn insert(&mut self, id: &str, log: Log) {
         let hasher = self.hasher;
         self.table
-            .insert_unique(self.hash, (Box::from(id), log), |(key, _)| {
-                hasher.hash_one(&**key)
+            .insert_unique(self.hash, (Key::new(id), log), |(key, _)| {
+                hasher.hash_one(key.bytes())
             });
     }
 }
@@ -170,7 +210,7 @@ mod tests {
             assert!(!map.remove(key));
         }
         assert_eq!(map.len(), keys.len() / 2);
-        let gone = map.retain(|_, log| log.entries.front().is_some_and(|t| t % 4 == 1));
+        let gone = map.retain(|log| log.entries.front().is_some_and(|t| t % 4 == 1));
         assert_eq!(gone + map.len(), keys.len() / 2);
         map.shrink();
         for (i, key) in keys.iter().enumerate() {

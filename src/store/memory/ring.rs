@@ -8,14 +8,13 @@
 /// A FIFO queue of `u64`, oldest first.
 ///
 /// `head` and `tail` run free (they wrap around `usize`, never reset by a pop or a push): the
-/// value at position `i` is in slot `(head + i) & mask`, the length is `tail - head`, and no
-/// operation needs more than one mask.
+/// value at position `i` is in slot `(head + i) & mask`, where `mask` is the buffer's length
+/// less one, and the length is `tail - head`. Four words: a log, its key and the hash table's
+/// slot for them fit one cache line.
 #[derive(Default)]
 pub(super) struct Ring {
     /// Empty, or a power-of-two length.
     buf: Box<[u64]>,
-    /// `buf.len() - 1` (0 while `buf` is empty: no slot is read then).
-    mask: usize,
     /// Where the oldest value is (before the mask).
     head: usize,
     /// Where the next value goes (before the mask).
@@ -44,10 +43,16 @@ impl Ring {
         self.buf.len()
     }
 
+    /// `buf.len() - 1`: a position's slot is the position and this (while `buf` is not empty).
+    #[inline]
+    fn mask(&self) -> usize {
+        self.buf.len().wrapping_sub(1)
+    }
+
     /// The buffer position of the value at `i` (valid while `buf` is not empty).
     #[inline]
     fn slot(&self, i: usize) -> usize {
-        self.head.wrapping_add(i) & self.mask
+        self.head.wrapping_add(i) & self.mask()
     }
 
     /// The value at position `i` (0: the oldest).
@@ -64,7 +69,7 @@ impl Ring {
     #[inline]
     pub(super) fn front(&self) -> Option<u64> {
         if self.head != self.tail {
-            Some(self.buf[self.head & self.mask])
+            Some(self.buf[self.head & self.mask()])
         } else {
             None
         }
@@ -74,7 +79,7 @@ impl Ring {
     #[inline]
     pub(super) fn back(&self) -> Option<u64> {
         if self.head != self.tail {
-            Some(self.buf[self.tail.wrapping_sub(1) & self.mask])
+            Some(self.buf[self.tail.wrapping_sub(1) & self.mask()])
         } else {
             None
         }
@@ -93,7 +98,7 @@ impl Ring {
     #[inline]
     pub(super) fn pop_below(&mut self, cutoff: u64) -> usize {
         let start = self.head;
-        while self.head != self.tail && self.buf[self.head & self.mask] < cutoff {
+        while self.head != self.tail && self.buf[self.head & self.mask()] < cutoff {
             self.head = self.head.wrapping_add(1);
         }
         self.head.wrapping_sub(start)
@@ -150,7 +155,8 @@ impl Ring {
         if self.len() == self.buf.len() {
             self.grow();
         }
-        self.buf[self.tail & self.mask] = value;
+        let slot = self.tail & self.mask();
+        self.buf[slot] = value;
         self.tail = self.tail.wrapping_add(1);
     }
 
@@ -167,7 +173,6 @@ impl Ring {
             *value = self.buf[self.slot(i)];
         }
         self.buf = buf;
-        self.mask = capacity.saturating_sub(1);
         self.head = 0;
         self.tail = len;
     }

@@ -15,7 +15,7 @@ impl TierLogs {
         let mut earliest_idle = now.saturating_add(window).saturating_add(1);
         let mut removed = 0usize;
         for map in [&self.users, &self.endpoints] {
-            removed += map.retain(|_, log| {
+            removed += map.retain(|log| {
                 if log.idle(cutoff) {
                     return false;
                 }
