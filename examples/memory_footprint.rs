@@ -87,6 +87,27 @@ fn main() {
         println!("| {n} | {bytes} | {:.1} |", bytes as f64 / (n - 1) as f64);
     }
 
+    println!("\n## Bytes per recorded request at several requests a microsecond (one key)\n");
+    println!("| requests in the key | requests a microsecond | heap bytes | bytes per request |");
+    println!("|---:|---:|---:|---:|");
+    for per_us in [2u64, 8] {
+        let n = 1_000_000u64;
+        let (limiter, clock) = limiter(MAX_LIMIT, 0, 0);
+        ready(limiter.check("u", "/")); // the key and its first entry
+        let before = live();
+        for i in 1..n {
+            if i % per_us == 0 {
+                clock.advance(Duration::from_micros(1));
+            }
+            assert!(ready(limiter.check("u", "/")).allowed());
+        }
+        let bytes = live() - before;
+        println!(
+            "| {n} | {per_us} | {bytes} | {:.1} |",
+            bytes as f64 / (n - 1) as f64
+        );
+    }
+
     println!("\n## Overhead per tracked key (one entry each, user tier only)\n");
     println!("| keys | heap bytes | bytes per key |");
     println!("|---:|---:|---:|");

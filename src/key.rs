@@ -47,7 +47,7 @@ fn is_safe(b: u8) -> bool {
 /// Whether every byte may stand as it is: no branch between the bytes of a chunk, and no loop
 /// over a remainder: the last chunk overlaps the one before (every check encodes two key
 /// parts, so this runs twice a check).
-#[inline]
+#[inline(always)]
 fn all_safe(bytes: &[u8]) -> bool {
     fn chunk<const N: usize>(chunk: &[u8; N]) -> bool {
         chunk.iter().fold(true, |ok, &b| ok & is_safe(b))
@@ -69,7 +69,7 @@ fn all_safe(bytes: &[u8]) -> bool {
 }
 
 /// Whether `id` stands as it is in a key part (no encoding, no hashing).
-#[inline]
+#[inline(always)]
 pub(crate) fn is_plain(id: &str) -> bool {
     id.len() <= MAX_RAW_ID_LEN && all_safe(id.as_bytes())
 }

@@ -96,7 +96,7 @@ fn decide_on(
         }
     }
     let verdict = algorithm::decide(&facts[..tiers.len()], now, window, cost, |i, units| {
-        logs[i].as_deref().and_then(|log| log.expiry_of(units))
+        logs[i].as_deref_mut().and_then(|log| log.expiry_of(units))
     });
     let outcome = StoreOutcome::of_verdict(&verdict, tiers);
     // Denied: the logs are left as they were.

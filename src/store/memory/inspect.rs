@@ -13,16 +13,16 @@ impl MemoryStore {
         self.inner.tracked.load(Ordering::Acquire)
     }
 
-    /// How many entries one key's log holds now (expired ones included until the next check of
-    /// that key trims them). The global tier's id is ignored.
+    /// How many requests one key's log holds now (expired ones included until the next check
+    /// of that key trims them): a request is one, whatever its cost. The global tier's id is
+    /// ignored.
     pub fn entries(&self, tier: Tier, id: &str) -> usize {
-        self.with_log(tier, id, |log| log.entries.len())
-            .unwrap_or(0)
+        self.with_log(tier, id, Log::requests).unwrap_or(0)
     }
 
     /// The oldest entry of one key's log, as a time since the epoch.
     pub fn oldest(&self, tier: Tier, id: &str) -> Option<Duration> {
-        self.with_log(tier, id, |log| log.entries.front())
+        self.with_log(tier, id, Log::oldest)
             .flatten()
             .map(Duration::from_micros)
     }
@@ -33,7 +33,7 @@ impl MemoryStore {
             let removed = map.retain(|_| false);
             self.inner.tracked.fetch_sub(removed, Ordering::AcqRel);
         }
-        self.inner.global.lock().entries.clear();
+        self.inner.global.lock().clear();
     }
 
     pub(super) fn with_log<R>(&self, tier: Tier, id: &str, f: impl FnOnce(&Log) -> R) -> Option<R> {

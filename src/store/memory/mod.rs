@@ -43,9 +43,11 @@ const SHARDS: usize = 64;
 /// A check of a key already tracked allocates nothing: keys are looked up by `&str`, and a
 /// log's ring only grows when its window holds more than ever before. Trimming pops expired
 /// entries from the front, so a check is amortized O(1) whatever the number of live entries.
-/// Each recorded request costs 8 bytes (16 at most while the ring's capacity is doubling);
-/// a key that has seen a request costing more than one unit keeps a running total beside
-/// each entry (16 bytes an entry), so that a request of any cost is still one entry.
+/// Each recorded request costs 8 bytes (16 at most while the ring's capacity is doubling),
+/// and unit requests recorded in the same microsecond share one entry (a key checked
+/// millions of times a second keeps an entry per microsecond); a key that has seen a request
+/// costing more than one unit keeps a running total beside each entry (16 bytes an entry,
+/// one entry per request), so that a request of any cost is still one entry.
 ///
 /// # Bounded memory
 /// - **Idle keys** (every entry older than the window) are evicted without anything to run:
@@ -163,7 +165,7 @@ impl MemoryStore {
     fn reset_sync(&self, tier: Tier, id: &str) {
         let map = match tier {
             Tier::Global => {
-                self.inner.global.lock().entries.clear();
+                self.inner.global.lock().clear();
                 return;
             }
             Tier::User => &self.inner.users,

@@ -9,8 +9,8 @@
 ///
 /// `head` and `tail` run free (they wrap around `usize`, never reset by a pop or a push): the
 /// value at position `i` is in slot `(head + i) & mask`, where `mask` is the buffer's length
-/// less one, and the length is `tail - head`. Four words: a log, its key and the hash table's
-/// slot for them fit one cache line.
+/// less one, and the length is `tail - head` (the mask is not stored: a log's slot in its
+/// table stays small).
 #[derive(Default)]
 pub(super) struct Ring {
     /// Empty, or a power-of-two length.
@@ -93,21 +93,12 @@ impl Ring {
         Some(value)
     }
 
-    /// Takes out every value below `cutoff` from the front (the values must be sorted, as a
-    /// log's are), and says how many went.
-    #[inline]
-    pub(super) fn pop_below(&mut self, cutoff: u64) -> usize {
-        let start = self.head;
-        while self.head != self.tail && self.buf[self.head & self.mask()] < cutoff {
-            self.head = self.head.wrapping_add(1);
-        }
-        self.head.wrapping_sub(start)
-    }
-
-    /// [`pop_below`](Self::pop_below), then the number of values left and the oldest of them:
-    /// the three in one pass, reading the ring's fields once (a check does this per tier).
+    /// Takes values out from the front while `old` says so of them (the ring must be
+    /// partitioned by it: all that hold first), then says how many went, how many are left
+    /// and the oldest left: in one pass, reading the ring's fields once (a check does this
+    /// per tier).
     #[inline(always)]
-    pub(super) fn trim(&mut self, cutoff: u64) -> (usize, usize, Option<u64>) {
+    pub(super) fn trim(&mut self, mut old: impl FnMut(u64) -> bool) -> (usize, usize, Option<u64>) {
         let (start, tail) = (self.head, self.tail);
         // A buffer of one slot or more (an empty ring may have none): then no slot `x & mask`
         // is past its end, which the compiler sees, and it checks no index in the loop.
@@ -118,7 +109,7 @@ impl Ring {
         let mut oldest = None;
         while head != tail {
             let value = self.buf[head & mask];
-            if value >= cutoff {
+            if !old(value) {
                 oldest = Some(value);
                 break;
             }
@@ -128,36 +119,26 @@ impl Ring {
         (head.wrapping_sub(start), tail.wrapping_sub(head), oldest)
     }
 
-    /// Adds `value`, or the newest value if that is larger, as the newest: the ring stays
-    /// sorted whatever order its values come in.
+    /// Adds `value` as the newest, doubling the buffer when it is full.
     #[inline(always)]
-    pub(super) fn push_at_least(&mut self, value: u64) -> u64 {
+    pub(super) fn push(&mut self, value: u64) {
         if self.len() == self.buf.len() {
             self.grow();
         }
-        let (head, tail) = (self.head, self.tail);
         let Some(mask) = self.buf.len().checked_sub(1) else {
             unreachable!("a ring that has grown has slots")
         };
-        let value = if head == tail {
-            value
-        } else {
-            value.max(self.buf[tail.wrapping_sub(1) & mask])
-        };
-        self.buf[tail & mask] = value;
-        self.tail = tail.wrapping_add(1);
-        value
+        self.buf[self.tail & mask] = value;
+        self.tail = self.tail.wrapping_add(1);
     }
 
-    /// Adds `value` as the newest, doubling the buffer when it is full.
-    #[cfg(test)]
-    pub(super) fn push_back(&mut self, value: u64) {
-        if self.len() == self.buf.len() {
-            self.grow();
+    /// Replaces the newest value (nothing happens to an empty ring).
+    #[inline(always)]
+    pub(super) fn set_back(&mut self, value: u64) {
+        if self.head != self.tail {
+            let slot = self.tail.wrapping_sub(1) & self.mask();
+            self.buf[slot] = value;
         }
-        let slot = self.tail & self.mask();
-        self.buf[slot] = value;
-        self.tail = self.tail.wrapping_add(1);
     }
 
     #[cold]
@@ -227,29 +208,23 @@ mod tests {
             match next() % 10 {
                 0..=4 => {
                     clock += next() % 3;
-                    ring.push_back(clock);
+                    ring.push(clock);
                     model.push_back(clock);
                 }
                 5 | 6 => assert_eq!(ring.pop_front(), model.pop_front(), "step {step}"),
-                7 if next().is_multiple_of(2) => {
-                    let cut = clock.saturating_sub(next() % 8);
-                    let gone = model.iter().take_while(|&&t| t < cut).count();
-                    model.drain(..gone);
-                    assert_eq!(ring.pop_below(cut), gone, "step {step}");
-                }
                 7 => {
                     let cut = clock.saturating_sub(next() % 8);
                     let gone = model.iter().take_while(|&&t| t < cut).count();
                     model.drain(..gone);
                     let left = (gone, model.len(), model.front().copied());
-                    assert_eq!(ring.trim(cut), left, "step {step}");
+                    assert_eq!(ring.trim(|t| t < cut), left, "step {step}");
                 }
                 9 if next().is_multiple_of(4) => {
-                    // Never below the newest: what the log records when clocks disagree.
-                    let value = clock.saturating_sub(next() % 3);
-                    let kept = model.back().map_or(value, |&b: &u64| b.max(value));
-                    model.push_back(kept);
-                    assert_eq!(ring.push_at_least(value), kept, "step {step}");
+                    if let Some(back) = model.back_mut() {
+                        *back += 1;
+                        ring.set_back(*back);
+                        clock = clock.max(*back);
+                    }
                 }
                 8 if next().is_multiple_of(50) => {
                     ring.shrink_to_fit();
@@ -282,7 +257,7 @@ mod tests {
         let mut ring = Ring::default();
         let mut model = VecDeque::new();
         for t in 0..7 {
-            ring.push_back(t);
+            ring.push(t);
             model.push_back(t);
         }
         for _ in 0..3 {
@@ -290,7 +265,7 @@ mod tests {
             model.pop_front();
         }
         for t in 7..10 {
-            ring.push_back(t);
+            ring.push(t);
             model.push_back(t);
         }
         assert_eq!(format!("{ring:?}"), format!("{model:?}"));
@@ -305,12 +280,12 @@ mod tests {
         );
         assert_eq!(ring.partition_point(|_| true), 0);
         for t in 0..100 {
-            ring.push_back(t);
+            ring.push(t);
         }
         while ring.pop_front().is_some() {}
         ring.shrink_to_fit();
         assert_eq!(ring.capacity(), 0);
-        ring.push_back(7);
+        ring.push(7);
         assert_eq!(
             (ring.front(), ring.back(), ring.len()),
             (Some(7), Some(7), 1)

@@ -20,13 +20,8 @@ impl TierLogs {
                     return false;
                 }
                 log.trim(cutoff);
-                if log.entries.capacity() > 64 && log.entries.capacity() > 4 * log.entries.len() {
-                    log.entries.shrink_to_fit();
-                    if let Some(costs) = &mut log.costs {
-                        costs.cumulative.shrink_to_fit();
-                    }
-                }
-                if let Some(newest) = log.entries.back() {
+                log.shrink();
+                if let Some(newest) = log.newest() {
                     earliest_idle =
                         earliest_idle.min(newest.saturating_add(window).saturating_add(1));
                 }
