@@ -461,10 +461,11 @@ async fn opt_in_recovery_switches_back_to_redis_and_tells_the_listener() {
     assert_eq!(limiter.backend(), Backend::Memory);
     assert_eq!(*changes.lock().unwrap(), [Backend::Memory]);
 
-    // Redis comes back (empty: it keeps nothing on disk): the probe switches back.
+    // Redis comes back (empty: it keeps nothing on disk): the probe switches back. The
+    // listener is told just after the swap, on the probe's task: wait for both.
     server.restart();
     let back = eventually(Duration::from_secs(10), || {
-        limiter.backend() == Backend::Redis
+        limiter.backend() == Backend::Redis && changes.lock().unwrap().len() == 2
     })
     .await;
     assert!(back, "switched back to Redis");
