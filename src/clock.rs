@@ -32,6 +32,9 @@ pub struct SystemClock;
 /// Re-anchor the counter to the system clock this often (µs of the counter).
 const ANCHOR_EVERY_US: u64 = 50_000;
 
+/// A reading of the system clock bracketed by counter reads this close (µs) is taken at once.
+const MAX_BRACKET_US: u64 = 5;
+
 /// The one anchor of the process.
 struct Anchor {
     counter: quanta::Clock,
@@ -68,8 +71,16 @@ impl Anchor {
     }
 
     /// System time minus counter time, read now.
+    ///
+    /// The counter is read on both sides of the system clock, and the reading with the
+    /// narrowest bracket of a few tries is kept: a thread preempted between the two reads would
+    /// otherwise anchor every thread's time back by as long as it was descheduled.
     fn offset_now(&self) -> u64 {
-        system_micros().saturating_sub(self.elapsed_us())
+        bracketed_offset(|| {
+            let before = self.elapsed_us();
+            let system = system_micros();
+            (before, system, self.elapsed_us())
+        })
     }
 
     /// Re-takes the anchor, unless another thread has already claimed this turn.
@@ -84,6 +95,24 @@ impl Anchor {
             self.offset.store(self.offset_now(), Ordering::Relaxed);
         }
     }
+}
+
+/// System time minus counter time from `read`'s (counter before, system time, counter after)
+/// readings: the one of at most four with the narrowest bracket, taken at its middle.
+fn bracketed_offset(mut read: impl FnMut() -> (u64, u64, u64)) -> u64 {
+    let mut best: Option<(u64, u64)> = None; // (bracket width, offset)
+    for _ in 0..4 {
+        let (before, system, after) = read();
+        let width = after.saturating_sub(before);
+        let offset = system.saturating_sub(before + width / 2);
+        if best.is_none_or(|(w, _)| width < w) {
+            best = Some((width, offset));
+        }
+        if width <= MAX_BRACKET_US {
+            break;
+        }
+    }
+    best.map_or(0, |(_, offset)| offset)
 }
 
 fn system_micros() -> u64 {
@@ -190,6 +219,33 @@ mod tests {
                 "{before} {now} {after}"
             );
         }
+    }
+
+    #[test]
+    fn an_anchor_read_across_a_preemption_is_not_kept() {
+        // System time 1,000,000 µs at counter 100: offset 999,900. The first try is preempted
+        // for 40 ms between the system read and the second counter read.
+        let mut reads = vec![(100, 1_000_000, 40_100), (40_200, 1_040_100, 40_202)].into_iter();
+        assert_eq!(
+            bracketed_offset(|| reads.next().unwrap()),
+            1_040_100 - 40_201
+        );
+        // A narrow first reading is taken at once, at the middle of its bracket.
+        let mut calls = 0;
+        let offset = bracketed_offset(|| {
+            calls += 1;
+            (100, 1_000_002, 104)
+        });
+        assert_eq!((offset, calls), (999_900, 1));
+        // Always preempted: the narrowest of the four tries.
+        let mut reads = [
+            (0, 10_000, 9_000),
+            (0, 10_000, 300),
+            (0, 10_000, 7_000),
+            (0, 10_000, 800),
+        ]
+        .into_iter();
+        assert_eq!(bracketed_offset(|| reads.next().unwrap()), 10_000 - 150);
     }
 
     #[test]
