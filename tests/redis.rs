@@ -11,13 +11,34 @@ use common::{free_port, limits, RedisServer};
 use tiered_ratelimit::{Backend, ManualClock, RateLimitConfig, RateLimiter, Tier, TimeSource};
 
 const MINUTE: Duration = Duration::from_secs(60);
+/// The command timeout of the tests that make Redis fail (kill, pause, absent).
 const TIMEOUT: Duration = Duration::from_millis(100);
+/// The command and connect timeouts of the tests where Redis stays up: longer than any
+/// scheduling hiccup of a loaded machine, so that no check there falls back by accident.
+const STEADY: Duration = Duration::from_secs(5);
 
+/// A config on `server` for a test where Redis stays up.
 fn redis_config(server: &RedisServer, user: u64, endpoint: u64, global: u64) -> RateLimitConfig {
+    config_with_timeout(server, user, endpoint, global, STEADY)
+}
+
+/// A config on `server` for a test that makes Redis fail: the short [`TIMEOUT`].
+fn failing_config(server: &RedisServer, user: u64, endpoint: u64, global: u64) -> RateLimitConfig {
+    config_with_timeout(server, user, endpoint, global, TIMEOUT)
+}
+
+fn config_with_timeout(
+    server: &RedisServer,
+    user: u64,
+    endpoint: u64,
+    global: u64,
+    timeout: Duration,
+) -> RateLimitConfig {
     limits(user, endpoint, global, MINUTE)
         .redis_url(server.url())
         .redis_time_source(TimeSource::App) // driven by a ManualClock
-        .redis_command_timeout(TIMEOUT)
+        .redis_command_timeout(timeout)
+        .redis_connect_timeout(STEADY)
         .build()
         .unwrap()
 }
@@ -178,7 +199,8 @@ async fn every_key_expires_about_one_window_after_its_last_admission() {
     );
     for key in keys {
         let pttl: i64 = server.cli(&["PTTL", key]).trim().parse().unwrap();
-        assert!(pttl > 59_000 && pttl <= 60_001, "{key}: PTTL {pttl}");
+        // A window and a second at most; a few seconds of a loaded machine below that.
+        assert!(pttl > 55_000 && pttl <= 60_001, "{key}: PTTL {pttl}");
     }
 }
 
@@ -249,7 +271,7 @@ async fn redis_absent_at_start_falls_back_at_once_and_limits_hold() {
     let first = lazy.check("u", "/").await;
     assert!(first.allowed());
     assert!(
-        started.elapsed() <= TIMEOUT + Duration::from_millis(50),
+        started.elapsed() <= TIMEOUT + Duration::from_millis(500),
         "{:?}",
         started.elapsed()
     );
@@ -260,7 +282,7 @@ async fn redis_absent_at_start_falls_back_at_once_and_limits_hold() {
 async fn redis_killed_mid_run_no_request_fails_and_memory_takes_over() {
     let mut server = RedisServer::start();
     let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
-    let limiter = connected(redis_config(&server, 5, 0, 0), &clock).await;
+    let limiter = connected(failing_config(&server, 5, 0, 0), &clock).await;
     for _ in 0..3 {
         assert!(limiter.check("u", "/").await.allowed());
     }
@@ -280,7 +302,13 @@ async fn redis_killed_mid_run_no_request_fails_and_memory_takes_over() {
             "fresh keys are admitted on memory"
         );
     }
-    assert!(started.elapsed() < TIMEOUT * 3, "{:?}", started.elapsed());
+    // Real time on a loaded machine: the timeout plus scheduling slack (the exact bound is
+    // redis_paused_costs_a_request_at_most_the_command_timeout's, on paused time).
+    assert!(
+        started.elapsed() < TIMEOUT + Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(limiter.backend(), Backend::Memory);
     let cause = limiter.fallback_cause().unwrap();
     assert_eq!(cause.reason(), "unreachable", "{cause:?}");
@@ -309,7 +337,7 @@ async fn redis_paused_costs_a_request_at_most_the_command_timeout() {
     const TICK: Duration = Duration::from_millis(1);
     let server = RedisServer::start();
     let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
-    let limiter = connected(redis_config(&server, 2, 0, 0), &clock).await;
+    let limiter = connected(failing_config(&server, 2, 0, 0), &clock).await;
     assert!(limiter.check("u", "/").await.allowed());
 
     tokio::time::pause();
@@ -353,41 +381,55 @@ async fn redis_paused_costs_a_request_at_most_the_command_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_paused_under_load_in_real_time() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let server = RedisServer::start();
-    let limiter = RateLimiter::connect(redis_config(&server, 0, 0, 1_000_000)).await;
+    let limiter = RateLimiter::connect(failing_config(&server, 0, 0, 1_000_000)).await;
     assert_eq!(limiter.backend(), Backend::Redis);
     let limiter = Arc::new(limiter);
+    let done = Arc::new(AtomicUsize::new(0));
     let load = {
         let limiter = limiter.clone();
+        let done = done.clone();
         tokio::spawn(async move {
             let mut worst = Duration::ZERO;
             let mut answered = 0;
-            for i in 0..400 {
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            let mut i = 0;
+            // Until the pause has met a check, and 400 checks at least.
+            while (i < 400 || limiter.backend() == Backend::Redis)
+                && std::time::Instant::now() < deadline
+            {
                 let t = std::time::Instant::now();
                 let d = limiter.check(&format!("u{}", i % 7), "/").await;
                 worst = worst.max(t.elapsed());
                 answered += usize::from(d.allowed());
+                i += 1;
+                done.store(i, Ordering::Relaxed);
                 if i % 50 == 0 {
                     tokio::task::yield_now().await;
                 }
             }
-            (answered, worst)
+            (i, answered, worst)
         })
     };
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    // Pause while the load runs on Redis.
+    while done.load(Ordering::Relaxed) < 50 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     server.pause();
-    let (answered, worst) = load.await.unwrap();
+    let (sent, answered, worst) = load.await.unwrap();
     server.resume();
+    assert!(sent >= 400);
     assert_eq!(
-        answered, 400,
+        answered, sent,
         "every request answered and admitted (limit far away)"
     );
+    assert_eq!(limiter.backend(), Backend::Memory);
     // Real time on a shared 2-core machine: the bound is the timeout plus scheduling slack.
     assert!(
-        worst < TIMEOUT + Duration::from_millis(100),
+        worst < TIMEOUT + Duration::from_secs(1),
         "worst wait {worst:?}"
     );
-    assert_eq!(limiter.backend(), Backend::Memory);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -436,9 +478,11 @@ async fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opt_in_recovery_switches_back_to_redis_and_tells_the_listener() {
     let mut server = RedisServer::start();
+    // A timeout that the Redis phases cannot meet by accident; the kills fail at once.
     let config = limits(3, 0, 0, MINUTE)
         .redis_url(server.url())
-        .redis_command_timeout(TIMEOUT)
+        .redis_command_timeout(Duration::from_secs(1))
+        .redis_connect_timeout(STEADY)
         .redis_recovery(Duration::from_millis(50), Duration::from_millis(200))
         .build()
         .unwrap();
@@ -495,7 +539,7 @@ async fn without_recovery_the_fallback_is_for_good_even_when_redis_returns() {
     let mut server = RedisServer::start();
     let changes = Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = changes.clone();
-    let limiter = RateLimiter::builder(redis_config(&server, 3, 0, 0))
+    let limiter = RateLimiter::builder(failing_config(&server, 3, 0, 0))
         .on_backend_change(move |b| seen.lock().unwrap().push(b))
         .build();
     limiter.wait_connected().await;
@@ -503,7 +547,7 @@ async fn without_recovery_the_fallback_is_for_good_even_when_redis_returns() {
     // Killed while idle: by the next check the client is reconnecting, and fred holds the
     // command until the timeout. Still `unreachable` (docs/REDIS.md), not `timeout`, with the
     // fix of an unreachable Redis only.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(limiter.check("u", "/").await.allowed());
     let cause = limiter.fallback_cause().unwrap();
     assert_eq!(cause.reason(), "unreachable", "{cause:?}");
