@@ -114,6 +114,9 @@ async fn a_block_through_one_instance_holds_on_another() {
         "50",
         "--redis",
         &url,
+        // Long enough that no hiccup of a loaded machine falls an instance back to memory.
+        "--redis-timeout",
+        "2s",
         "--admin-token",
         TOKEN,
     ];

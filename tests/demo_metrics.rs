@@ -142,7 +142,14 @@ async fn metrics_count_the_checks_and_are_neither_limited_nor_checked() {
 async fn on_redis_the_latency_is_bucketed_and_a_dead_redis_is_one_fallback() {
     let mut redis = RedisServer::start();
     let url = redis.url();
-    let demo = Demo::start(&["--user-limit", "5", "--redis", &url]);
+    let demo = Demo::start(&[
+        "--user-limit",
+        "5",
+        "--redis",
+        &url,
+        "--redis-timeout",
+        "2s",
+    ]);
     let client = reqwest::Client::new();
     for _ in 0..7 {
         get(&demo, &client, "r").await;

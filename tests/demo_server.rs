@@ -138,7 +138,15 @@ async fn redis_required_exits_non_zero_with_the_cause_of_a_misconfiguration() {
 
     // With the right password and the flag: serves, on Redis.
     let right = format!("redis://:secret@127.0.0.1:{}", redis.port());
-    let demo = Demo::start(&["--user-limit", "3", "--redis", &right, "--redis-required"]);
+    let demo = Demo::start(&[
+        "--user-limit",
+        "3",
+        "--redis",
+        &right,
+        "--redis-required",
+        "--redis-timeout",
+        "2s",
+    ]);
     let status = reqwest::Client::new()
         .get(demo.url("/api/v1/items"))
         .header("x-user-id", "req")
@@ -246,6 +254,7 @@ async fn environment_variables_configure_the_demo_and_flags_win() {
         &[
             ("RATE_LIMIT_REDIS_URL", &url),
             ("RATE_LIMIT_REDIS_REQUIRED", "true"),
+            ("RATE_LIMIT_REDIS_TIMEOUT", "2s"),
             ("RATE_LIMIT_USER_LIMIT", "2"),
             ("RATE_LIMIT_WINDOW", "90"),
         ],

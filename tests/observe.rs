@@ -156,6 +156,9 @@ async fn metrics_and_spans_report_decisions_fallbacks_and_store_latency() {
     let redis = RateLimiter::connect(
         limits(5, 0, 0, MINUTE)
             .redis_url(server.url())
+            // Timeouts no hiccup of a loaded machine meets: the fallback below is the kill's.
+            .redis_command_timeout(Duration::from_secs(2))
+            .redis_connect_timeout(Duration::from_secs(10))
             .build()
             .unwrap(),
     )

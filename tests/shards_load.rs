@@ -26,6 +26,10 @@ const LIMIT: u64 = 2_000;
 const SPAN: Duration = Duration::from_secs(3);
 const TASKS_PER_LIMITER: u64 = 16;
 
+/// The two load tests run one at a time: each paces real-time load against its own three
+/// masters, and two of them at once on a 2-core machine would stretch each other's pacing.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// `INFO commandstats` of `evalsha` on one master: (calls, µs spent).
 fn evalsha_stats(cluster: &RedisCluster, node: usize) -> (u64, u64) {
     let info = cluster.nodes[node].cli(&["INFO", "commandstats"]);
@@ -110,6 +114,7 @@ fn reset_stats(cluster: &RedisCluster) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_shards_admit_the_limit_and_spread_over_the_masters() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let cluster = RedisCluster::start();
     let mut busiest = Vec::new();
     for shards in [1, 3] {
@@ -192,6 +197,7 @@ async fn three_shards_admit_the_limit_and_spread_over_the_masters() {
 /// three shards admit at least 99% of what one exact key admits under the same load.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_shards_admit_as_much_as_one_key_over_several_windows() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let cluster = RedisCluster::start();
     let (window, limit, windows) = (Duration::from_secs(1), 500, 5);
     let mut admitted = Vec::new();
@@ -201,7 +207,16 @@ async fn three_shards_admit_as_much_as_one_key_over_several_windows() {
             limiter_with(&cluster, &prefix, shards, window, limit).await,
             limiter_with(&cluster, &prefix, shards, window, limit).await,
         ];
+        let started = Instant::now();
         let n = load_for(&limiters, 2 * limit * windows, window * windows as u32).await;
+        let took = started.elapsed();
+        // Sliding windows over a span of k windows admit at most k + 1 limits' worth; a loaded
+        // machine may stretch the span past the `windows` it was paced for.
+        let spanned = took.as_micros().div_ceil(window.as_micros()) as u64;
+        assert!(
+            n <= limit * (spanned.max(windows) + 1),
+            "S = {shards}: {n} admitted in {took:?}"
+        );
         println!(
             "S = {shards}: {} requests over {windows} windows of {window:?} at 2x a limit of \
              {limit}: admitted {n} ({:.3} of the limit per window)",
@@ -210,10 +225,5 @@ async fn three_shards_admit_as_much_as_one_key_over_several_windows() {
         );
         admitted.push(n);
     }
-    // Sliding windows over a span of `windows` windows admit at most `windows + 1` limits' worth.
-    assert!(
-        admitted.iter().all(|&n| n <= limit * (windows + 1)),
-        "{admitted:?}"
-    );
     assert!(admitted[1] * 100 >= admitted[0] * 99, "{admitted:?}");
 }

@@ -189,13 +189,16 @@ mod tests {
                 let (hot, stop) = (hot.clone(), stop.clone());
                 std::thread::spawn(move || {
                     let mut seen = 0u64;
-                    while !stop.load(Ordering::Relaxed) {
+                    // At least once, even for a thread that first runs after the writer ends.
+                    loop {
                         let read = hot.read().expect("no routes or plans");
                         let n = read.limits[0];
                         assert_eq!(read, HotConfig::of(&config(n)), "a mix around {n}");
                         seen += 1;
+                        if stop.load(Ordering::Relaxed) {
+                            return seen;
+                        }
                     }
-                    seen
                 })
             })
             .collect();
