@@ -394,7 +394,8 @@ async fn another_instance_refuses_at_its_next_check_and_names_the_block_soon() {
         unlabelled += u32::from(!d.by_block());
         let sent = std::time::Instant::now();
         while !other.check(&user, "/items").await.by_block() {
-            assert!(sent.elapsed() < Duration::from_millis(500), "round {round}");
+            // Soon, not at once: a loaded machine's scheduling is in it.
+            assert!(sent.elapsed() < Duration::from_secs(5), "round {round}");
             tokio::task::yield_now().await;
         }
     }

@@ -380,7 +380,14 @@ async fn two_server_processes_on_one_redis_admit_exactly_the_limit() {
 async fn the_server_keeps_answering_when_its_redis_dies() {
     let mut redis = RedisServer::start();
     let url = redis.url();
-    let demo = Demo::start(&["--user-limit", "3", "--redis", &url]);
+    let demo = Demo::start(&[
+        "--user-limit",
+        "3",
+        "--redis",
+        &url,
+        "--redis-timeout",
+        "300ms",
+    ]);
     let client = reqwest::Client::new();
     let get = || {
         client
@@ -394,7 +401,12 @@ async fn the_server_keeps_answering_when_its_redis_dies() {
     for _ in 0..5 {
         let t = std::time::Instant::now();
         statuses.push(get().await.unwrap().status().as_u16());
-        assert!(t.elapsed() < Duration::from_millis(500));
+        // The timeout and a loaded machine's slack (the exact bound is tests/redis.rs's).
+        assert!(
+            t.elapsed() < Duration::from_millis(1_300),
+            "{:?}",
+            t.elapsed()
+        );
     }
     // Memory starts empty after the fallback: three more, then 429s.
     assert_eq!(statuses, [200, 200, 200, 429, 429]);

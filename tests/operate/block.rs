@@ -135,8 +135,9 @@ pub async fn a_block_set_on_one_instance_holds_on_another_at_its_next_check(b: T
             assert!(d.retry_after() > MINUTE, "{d:?}");
             break;
         }
+        // Soon, not at once: a loaded machine's scheduling is in it.
         assert!(
-            sent.elapsed() < Duration::from_millis(500),
+            sent.elapsed() < Duration::from_secs(5),
             "never saw the block"
         );
         tokio::task::yield_now().await;
