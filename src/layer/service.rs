@@ -4,6 +4,8 @@ use std::task::{Context, Poll};
 
 use http::{Request, Response};
 use tower_service::Service;
+use tracing::level_filters::LevelFilter;
+use tracing::Level;
 
 use super::body::ResponseBody;
 use super::extract::{self, user_key, Head};
@@ -45,22 +47,30 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let span = tracing::debug_span!(
-            "rate_limit",
-            tier = tracing::field::Empty,
-            decision = tracing::field::Empty
-        );
+        // A span only when a subscriber may take it: building a disabled one still costs a
+        // callsite check and, with no subscriber at all and tracing's `log` feature (axum's
+        // default), a record of its fields for `log`.
+        let span = if LevelFilter::current() >= Level::DEBUG {
+            tracing::debug_span!(
+                "rate_limit",
+                tier = tracing::field::Empty,
+                decision = tracing::field::Empty
+            )
+        } else {
+            tracing::Span::none()
+        };
         // In memory the decision is made here and now, with the user id borrowed from the
         // request: no allocation, no boxed future, no service clone. The request is taken
-        // apart only for a closure that takes its `Parts`.
+        // apart only for a closure that takes its `Parts`, and otherwise not moved before the
+        // inner service takes it.
         // The header style comes with the decision, from the configuration the check used.
-        let (request, (decided, style)) = if self.layer.needs_parts() {
-            let (parts, body) = request.into_parts();
-            let checked = span.in_scope(|| self.check(Head::Parts(&parts)));
-            (Request::from_parts(parts, body), checked)
+        let mut request = request;
+        let (decided, style) = if self.layer.needs_parts() {
+            let (checked, whole) = self.check_parts(&span, request);
+            request = whole;
+            checked
         } else {
-            let checked = span.in_scope(|| self.check(Head::of(&request)));
-            (request, checked)
+            span.in_scope(|| self.check(Head::of(&request)))
         };
         let pending = match decided {
             Ok(decision) => {
@@ -95,6 +105,18 @@ where
 }
 
 impl<S> RateLimit<S> {
+    /// Checks a request taken apart for a closure that takes its `Parts`; gives it back whole.
+    #[inline(never)]
+    fn check_parts<B>(
+        &self,
+        span: &tracing::Span,
+        request: Request<B>,
+    ) -> ((Result<Decision, Pending>, HeaderStyle), Request<B>) {
+        let (parts, body) = request.into_parts();
+        let checked = span.in_scope(|| self.check(Head::Parts(&parts)));
+        (checked, Request::from_parts(parts, body))
+    }
+
     /// Checks a request's head: the decision when the store answers at once, else the
     /// pending check for the store that waits.
     #[inline]
