@@ -5,7 +5,11 @@ Reads criterion's estimates (target/criterion/*/*/*/new/estimates.json, written 
 `cargo bench -p tiered-ratelimit-benches --bench check`) and, when present,
 benches/results/http.csv and redis.csv (written by benches/http.sh and benches/redis.sh). Prints markdown tables and writes
 docs/benchmarks.png (needs matplotlib: `pip install matplotlib`).
+
+HTTP_CSV and REDIS_CSV name other files in benches/results to draw instead (a run kept
+under its own name, e.g. HTTP_CSV=http-morning.csv).
 """
+import os
 import csv
 import json
 import pathlib
@@ -132,7 +136,10 @@ def plot(memory_rows, http_rows, redis_rows):
 
 def main():
     memory_rows = memory_table()
-    plot(memory_rows, read_csv("http.csv"), read_csv("redis.csv"))
+    http = os.environ.get("HTTP_CSV", "http.csv")
+    redis = os.environ.get("REDIS_CSV", "redis.csv")
+    print(f"(drawing benches/results/{http} and {redis})", file=sys.stderr)
+    plot(memory_rows, read_csv(http), read_csv(redis))
 
 
 if __name__ == "__main__":
