@@ -122,7 +122,12 @@ async fn limiter_on(
     }
     let limiter = builder.build();
     limiter.wait_connected().await;
-    assert_eq!(limiter.backend(), b.expected_backend(), "backend up");
+    assert_eq!(
+        limiter.backend(),
+        b.expected_backend(),
+        "backend up: {:?}",
+        limiter.fallback_cause()
+    );
     limiter
 }
 
@@ -1113,7 +1118,8 @@ async fn replay(b: &TestBackend, sc: &Scenario, steps: &[Step]) -> Result<(), Mi
                 assert_eq!(
                     limiter.backend(),
                     b.expected_backend(),
-                    "the limiter fell back to memory: Redis failed, not the contract"
+                    "the limiter fell back to memory: Redis failed, not the contract: {:?}",
+                    limiter.fallback_cause()
                 );
                 let expected = expected.expect("a check has a decision");
                 let actual = Observed::of(&decision, limiter.config().headers());
@@ -1476,7 +1482,12 @@ pub async fn concurrent_mixed_costs_are_exact(b: TestBackend) {
         for task in tasks {
             all.extend(task.await.expect("task"));
         }
-        assert_eq!(limiter.backend(), b.expected_backend(), "{ctx}: fell back");
+        assert_eq!(
+            limiter.backend(),
+            b.expected_backend(),
+            "{ctx}: fell back: {:?}",
+            limiter.fallback_cause()
+        );
 
         // What was admitted, per key: (units, requests).
         let mut users = [(0u64, 0usize); 5];

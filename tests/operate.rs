@@ -68,7 +68,12 @@ pub async fn limiter(
         .clock(clock.clone())
         .build();
     limiter.wait_connected().await;
-    assert_eq!(limiter.backend(), b.expected_backend(), "backend up");
+    assert_eq!(
+        limiter.backend(),
+        b.expected_backend(),
+        "backend up: {:?}",
+        limiter.fallback_cause()
+    );
     limiter
 }
 

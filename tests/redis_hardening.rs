@@ -254,6 +254,46 @@ async fn without_the_invalidation_channel_nothing_is_cached() {
     assert_eq!(a.backend(), Backend::Redis);
 }
 
+/// A probe that does not come back in time (here: Redis holds every PUBLISH, under `CLIENT
+/// PAUSE WRITE`, longer than the connect timeout; on a cluster a bus link reconnecting under
+/// load can drop it): the subscription gives up within the connect timeout and the cache stays
+/// off, but the store is up on Redis. It once took the connect timeout from the connection
+/// itself, and the limiter fell back to memory at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_that_does_not_come_back_leaves_the_cache_off_not_the_store() {
+    let server = RedisServer::start();
+    let clock = ManualClock::at(T0);
+    let config = limits(1, 0, 0, MINUTE)
+        .redis_url(server.url())
+        .redis_time_source(TimeSource::App)
+        .redis_command_timeout(Duration::from_secs(5))
+        .redis_connect_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    server.cli(&["CLIENT", "PAUSE", "1500", "WRITE"]);
+    let started = Instant::now();
+    let a = RateLimiter::builder(config).clock(clock.clone()).build();
+    a.wait_connected().await;
+    assert!(
+        started.elapsed() < Duration::from_millis(1_400),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(a.backend(), Backend::Redis, "{:?}", a.fallback_cause());
+    // The first check waits out the pause (EVALSHA is held too), then every denial asks Redis.
+    assert!(a.check("gina", "/").await.allowed());
+    let calls = server.command_calls("evalsha");
+    for _ in 0..3 {
+        assert!(!a.check("gina", "/").await.allowed());
+    }
+    assert_eq!(
+        server.command_calls("evalsha") - calls,
+        3,
+        "no cache: every denial asks"
+    );
+    assert_eq!(a.backend(), Backend::Redis);
+}
+
 /// The invalidation connection dies later (here: the server kills pub/sub clients): the cache
 /// is emptied and switched off, so a reset elsewhere can never be missed; denials ask Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

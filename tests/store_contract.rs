@@ -36,7 +36,8 @@ mod contract {
         assert_eq!(
             limiter.backend(),
             b.expected_backend(),
-            "the limiter fell back during the test"
+            "the limiter fell back during the test: {:?}",
+            limiter.fallback_cause()
         );
     }
 

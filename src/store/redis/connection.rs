@@ -164,14 +164,22 @@ impl RedisStore {
 impl Connections {
     /// The first connection, within the connect timeout: connect, load the script, subscribe
     /// to invalidations (which may fail on its own: it only turns the denial cache off).
+    ///
+    /// The subscription has what is left of the connect timeout when the script is loaded,
+    /// and outside the connection's own deadline: a probe that never comes back (a cluster
+    /// bus link reconnecting under load can drop it) turns the denial cache off, and does not
+    /// make the store fall back.
     async fn connect(&self) -> Result<(), ConnectError> {
-        let connected = tokio::time::timeout(self.connect_timeout, async {
+        let deadline = tokio::time::Instant::now() + self.connect_timeout;
+        let connected = tokio::time::timeout_at(deadline, async {
             self.client.init().await?;
             self.script.load(&self.client).await?;
-            self.listen_for_invalidations().await;
             Ok::<(), FredError>(())
         })
         .await;
+        if matches!(connected, Ok(Ok(()))) {
+            self.listen_for_invalidations(deadline).await;
+        }
         match connected {
             Ok(Ok(())) => Ok(()),
             Ok(Err(error)) => Err(ConnectError::from_fred(

@@ -27,13 +27,13 @@ impl Connections {
     /// Subscribes a connection of its own to the invalidation channel, and turns the denial
     /// cache on once it is subscribed. Any failure, error or lag on that connection turns the
     /// cache off (and empties it) for good: nothing is then answered that a reset elsewhere
-    /// could have changed.
-    pub(super) async fn listen_for_invalidations(&self) {
+    /// could have changed. Gives up at `deadline` (the cache then stays off).
+    pub(super) async fn listen_for_invalidations(&self, deadline: tokio::time::Instant) {
         let subscriber = self.client.clone_new();
         let mut messages = subscriber.message_rx();
         let mut errors = subscriber.error_rx();
         let subscribed = self.subscribe(&subscriber, &mut messages);
-        let subscribed = tokio::time::timeout(self.connect_timeout, subscribed)
+        let subscribed = tokio::time::timeout_at(deadline, subscribed)
             .await
             .unwrap_or_else(|_| Err(FredError::new(ErrorKind::Timeout, "no probe came back")));
         if let Err(error) = subscribed {
