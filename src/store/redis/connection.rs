@@ -83,8 +83,11 @@ impl RedisStore {
         }
         let _ = self.inner.runtime.set(runtime.clone());
         let inner = self.inner.clone();
+        // Set before the task runs, so that no waiter (each bounds its wait by the connect
+        // timeout from when it starts, after this) gives up before the connect does.
+        let deadline = tokio::time::Instant::now() + self.inner.connect_timeout;
         runtime.spawn(async move {
-            let state = match inner.connect().await {
+            let state = match inner.connect(deadline).await {
                 Ok(()) => Conn::Ready,
                 Err(error) => {
                     // Logged once, by whoever acts on it (the fallback, or `try_connect`'s caller).
@@ -165,12 +168,12 @@ impl Connections {
     /// The first connection, within the connect timeout: connect, load the script, subscribe
     /// to invalidations (which may fail on its own: it only turns the denial cache off).
     ///
-    /// The subscription has what is left of the connect timeout when the script is loaded,
-    /// and outside the connection's own deadline: a probe that never comes back (a cluster
-    /// bus link reconnecting under load can drop it) turns the denial cache off, and does not
-    /// make the store fall back.
-    async fn connect(&self) -> Result<(), ConnectError> {
-        let deadline = tokio::time::Instant::now() + self.connect_timeout;
+    /// The subscription has what is left, once the script is loaded, of the first three
+    /// quarters of the connect timeout, and is not part of the connection's own deadline: a
+    /// probe that does not come back (a cluster bus link reconnecting under load can drop it)
+    /// turns the denial cache off, and does not make the store fall back. The last quarter is
+    /// the margin by which the store reports itself up before any waiter gives up on it.
+    async fn connect(&self, deadline: tokio::time::Instant) -> Result<(), ConnectError> {
         let connected = tokio::time::timeout_at(deadline, async {
             self.client.init().await?;
             self.script.load(&self.client).await?;
@@ -178,7 +181,8 @@ impl Connections {
         })
         .await;
         if matches!(connected, Ok(Ok(()))) {
-            self.listen_for_invalidations(deadline).await;
+            self.listen_for_invalidations(deadline - self.connect_timeout / 4)
+                .await;
         }
         match connected {
             Ok(Ok(())) => Ok(()),
