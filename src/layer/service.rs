@@ -46,7 +46,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
         // A span only when a subscriber may take it: building a disabled one still costs a
         // callsite check and, with no subscriber at all and tracing's `log` feature (axum's
         // default), a record of its fields for `log`.
@@ -64,7 +64,6 @@ where
         // apart only for a closure that takes its `Parts`, and otherwise not moved before the
         // inner service takes it.
         // The header style comes with the decision, from the configuration the check used.
-        let mut request = request;
         let (decided, style) = if self.layer.needs_parts() {
             let (checked, whole) = self.check_parts(&span, request);
             request = whole;

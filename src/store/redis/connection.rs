@@ -180,12 +180,12 @@ impl Connections {
             Ok::<(), FredError>(())
         })
         .await;
-        if matches!(connected, Ok(Ok(()))) {
-            self.listen_for_invalidations(deadline - self.connect_timeout / 4)
-                .await;
-        }
         match connected {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(())) => {
+                self.listen_for_invalidations(deadline - self.connect_timeout / 4)
+                    .await;
+                Ok(())
+            }
             Ok(Err(error)) => Err(ConnectError::from_fred(
                 &error,
                 self.tls,
