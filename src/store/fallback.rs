@@ -162,13 +162,13 @@ impl FallbackStore {
         if cause.is_config() {
             tracing::error!(
                 reason = cause.reason(),
-                "Redis is misconfigured: {cause}. Rate limiting falls back to in-memory state {until}"
+                "Redis is misconfigured: {cause}. Rate limiting falls back to in-memory state {until}."
             );
         } else {
             tracing::warn!(
                 reason = cause.reason(),
                 %error,
-                "Redis failed: rate limiting falls back to in-memory state {until}"
+                "Redis failed: rate limiting falls back to in-memory state {until}."
             );
         }
         if let Some(recovery) = &self.shared.redis.recovery {
