@@ -622,3 +622,43 @@ async fn a_denied_request_with_costs_and_overrides_costs_one_round_trip_and_no_b
          request of cost 8: {before:?} bytes"
     );
 }
+
+/// docs/REDIS.md: a check that timed out may still run on a Redis that resumes, and then only
+/// counts against the instances still on Redis: they deny earlier, never admit more. One
+/// limiter's check times out on a paused Redis (answered from memory); once Redis runs again,
+/// the script it had sent lands, and the other limiter, still on Redis, sees the limit taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_that_timed_out_may_land_on_redis_later_and_only_counts_against_others() {
+    let server = RedisServer::start();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let failing = connected(failing_config(&server, 2, 0, 0), &clock).await;
+    let other = connected(redis_config(&server, 2, 0, 0), &clock).await;
+    // The first entry through the limiter with the long timeout: a loaded machine cannot
+    // make it time out.
+    assert!(other.check("u", "/").await.allowed());
+
+    server.pause();
+    assert!(
+        failing.check("u", "/").await.allowed(),
+        "answered from memory"
+    );
+    assert_eq!(failing.backend(), Backend::Memory);
+    server.resume();
+
+    // The script sent before the timeout runs once Redis reads its socket again.
+    let card = || {
+        server
+            .cli(&["ZCARD", "rate_limit:user:u"])
+            .trim()
+            .to_string()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while card() != "2" && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(card(), "2", "the timed-out check landed on Redis");
+    let denied = other.check("u", "/").await;
+    assert_eq!(denied.blocked_by(), Some(Tier::User), "{denied:?}");
+    assert_eq!(other.backend(), Backend::Redis);
+    assert_eq!(card(), "2", "a denied request leaves no entry");
+}
