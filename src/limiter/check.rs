@@ -57,6 +57,13 @@ fn store_failed(error: &StoreError, backend: &'static str) -> Decision {
     Decision::let_through()
 }
 
+/// What [`RateLimiter::try_now`] gives: the decision, or what the waiting path needs (the
+/// configuration, the time and the request's keys); with the configuration's header style.
+type Tried<'a> = (
+    Result<Decision, (Arc<Live>, Duration, Keys<'a>)>,
+    HeaderStyle,
+);
+
 /// The future of a check: ready at once on memory, boxed when it waits on a store.
 enum CheckFuture<'a> {
     Ready(Option<Decision>),
@@ -121,7 +128,7 @@ impl RateLimiter {
         }
     }
 
-    /// The decision, made now, when the store answers without waiting ([`Store::check_now`]:
+    /// The decision, made now, when the store answers without waiting ([`Store::check_now`](crate::store::Store::check_now):
     /// memory) or no tier applies; else the request's keys, worked out once and owned, for
     /// [`finish`](Self::finish) to take to the store (the layer's path: its request's parts
     /// are gone by the time a waiting store answers). With the header style of the
@@ -151,17 +158,10 @@ impl RateLimiter {
     /// style: one configuration serves the whole check.
     ///
     /// A configuration without route overrides or plans is read from what the limiter
-    /// published of it ([`Hot`], no lock and no shared write); any other, or a store that
+    /// published of it ([`Hot`](crate::config::Hot), no lock and no shared write); any other, or a store that
     /// must wait, takes [`try_now_loaded`](Self::try_now_loaded)'s path.
     #[inline]
-    #[allow(clippy::type_complexity)]
-    fn try_now<'a>(
-        &self,
-        request: CheckRequest<'a>,
-    ) -> (
-        Result<Decision, (Arc<Live>, Duration, Keys<'a>)>,
-        HeaderStyle,
-    ) {
+    fn try_now<'a>(&self, request: CheckRequest<'a>) -> Tried<'a> {
         let Some(hot) = self.inner.hot.read() else {
             return self.try_now_loaded(request);
         };
@@ -183,14 +183,7 @@ impl RateLimiter {
 
     /// [`try_now`](Self::try_now) under the whole configuration, loaded.
     #[inline(never)]
-    #[allow(clippy::type_complexity)]
-    fn try_now_loaded<'a>(
-        &self,
-        request: CheckRequest<'a>,
-    ) -> (
-        Result<Decision, (Arc<Live>, Duration, Keys<'a>)>,
-        HeaderStyle,
-    ) {
+    fn try_now_loaded<'a>(&self, request: CheckRequest<'a>) -> Tried<'a> {
         let live = self.inner.live.load();
         let config = &*live.config;
         let style = config.headers();

@@ -34,7 +34,7 @@ struct LimiterParts {
     live: ArcSwap<Live>,
     clock: Arc<dyn Clock>,
     /// Every store the same way, through the one seam: memory answers through
-    /// [`Store::check_now`] (no future, no allocation), the others through a boxed `check`.
+    /// [`Store::check_now`](crate::store::Store::check_now) (no future, no allocation), the others through a boxed `check`.
     store: Box<dyn DynStore>,
     /// What a check reads of a configuration without route overrides or plans, published
     /// beside `live` (see [`Hot`]).
