@@ -823,3 +823,26 @@ async fn running_cost_totals_wrap_around_u64_and_stay_exact() {
     }
     assert_eq!(store.entries(Tier::User, "alice"), 4);
 }
+
+/// `RateLimiter::check`'s docs: on memory the decision is made, and recorded, when `check` is
+/// called, and the future is then ready at once. A future never polled still counts (the limit
+/// of 1 is taken), and the next one is ready at its first poll, with no waker ever woken.
+#[test]
+fn on_memory_a_check_is_decided_when_called_and_its_future_is_ready_at_once() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    let config = limits(1, 0, 0, MINUTE).build().unwrap();
+    let limiter = RateLimiter::builder(config)
+        .clock(ManualClock::new())
+        .build();
+    drop(limiter.check("u", "/"));
+    let mut next = std::pin::pin!(limiter.check("u", "/"));
+    let mut cx = Context::from_waker(Waker::noop());
+    match next.as_mut().poll(&mut cx) {
+        Poll::Ready(decision) => {
+            assert_eq!(decision.blocked_by(), Some(Tier::User), "{decision:?}")
+        }
+        Poll::Pending => panic!("a memory check waited"),
+    }
+}
