@@ -10,25 +10,39 @@ use sha2::{Digest, Sha256};
 use super::problem;
 
 /// A secret compared in constant time: as its SHA-256 digest, so that neither the position of
-/// the first differing byte nor the length of either side changes the work done.
+/// the first differing byte nor the length of either side changes the work done. An empty
+/// token (an unset environment variable read with `unwrap_or_default`, say) is no secret: it
+/// matches nothing, so its routes fail closed.
 #[derive(Clone)]
-pub(super) struct Secret([u8; 32]);
+pub(super) struct Secret {
+    digest: [u8; 32],
+    empty: bool,
+}
 
 impl Secret {
     pub(super) fn new(token: &str) -> Self {
-        Self(Sha256::digest(token.as_bytes()).into())
+        if token.is_empty() {
+            tracing::error!(
+                "admin::require_bearer was given an empty token: every admin request will be \
+                 refused with a 401"
+            );
+        }
+        Self {
+            digest: Sha256::digest(token.as_bytes()).into(),
+            empty: token.is_empty(),
+        }
     }
 
     /// Whether `candidate` is the secret: every byte of both digests is compared, whatever
-    /// differs.
+    /// differs. Never, for an empty secret.
     pub(super) fn matches(&self, candidate: &[u8]) -> bool {
         let other: [u8; 32] = Sha256::digest(candidate).into();
         let diff = self
-            .0
+            .digest
             .iter()
             .zip(other.iter())
             .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-        std::hint::black_box(diff) == 0
+        std::hint::black_box(diff) == 0 && !self.empty
     }
 }
 
@@ -82,6 +96,14 @@ mod tests {
             b"x3cret-token",
         ] {
             assert!(!secret.matches(wrong), "{wrong:?}");
+        }
+    }
+
+    #[test]
+    fn an_empty_token_matches_nothing_not_even_an_empty_bearer() {
+        let secret = Secret::new("");
+        for candidate in [&b""[..], b" ", b"x"] {
+            assert!(!secret.matches(candidate), "{candidate:?}");
         }
     }
 }

@@ -67,7 +67,8 @@ pub fn router(limiter: RateLimiter) -> Router {
 /// `router` behind `Authorization: Bearer <token>`: any other request (no header, another
 /// scheme, a wrong token, a token that differs only in length) gets a `401` problem+json with
 /// `WWW-Authenticate: Bearer`. The token is compared in constant time (as SHA-256 digests, so
-/// neither the first differing byte nor the length shows in the time taken).
+/// neither the first differing byte nor the length shows in the time taken). An empty `token`
+/// matches nothing: every request is refused (and an error is logged here).
 pub fn require_bearer(router: Router, token: impl AsRef<str>) -> Router {
     let secret = auth::Secret::new(token.as_ref());
     router.layer(axum::middleware::from_fn(move |request, next| {

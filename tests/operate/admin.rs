@@ -263,6 +263,31 @@ async fn without_the_right_token_every_admin_route_is_refused() {
     assert_eq!(ok.status(), 200, "the scheme is case-insensitive");
 }
 
+/// An operator who passes an empty token (an unset variable read with `unwrap_or_default`) gets
+/// routes that refuse everyone, not routes that take `Authorization: Bearer ` (an empty token,
+/// which an in-process caller can send: over HTTP the trailing space is trimmed).
+#[tokio::test]
+async fn an_empty_token_refuses_every_request_even_an_empty_bearer() {
+    use tower::ServiceExt;
+    let b = TestBackend::memory();
+    let limiter = RateLimiter::builder(config(&b, limits(5, 0, 0, MINUTE)))
+        .clock(ManualClock::new())
+        .build();
+    let app = admin::require_bearer(admin::router(limiter), "");
+    for auth in [None, Some("Bearer "), Some("Bearer"), Some("bearer x")] {
+        let mut req = http::Request::get("/usage?user=a");
+        if let Some(auth) = auth {
+            req = req.header("authorization", http::HeaderValue::from_static(auth));
+        }
+        let resp = app
+            .clone()
+            .oneshot(req.body(axum::body::Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 401, "{auth:?}");
+    }
+}
+
 /// A store that fails: the block did not land, and the answer says so (503), not 200.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_block_that_redis_could_not_take_is_a_503() {
