@@ -662,3 +662,49 @@ async fn a_check_that_timed_out_may_land_on_redis_later_and_only_counts_against_
     assert_eq!(other.backend(), Backend::Redis);
     assert_eq!(card(), "2", "a denied request leaves no entry");
 }
+
+/// A Redis over its `maxmemory` (policy `noeviction`) refuses every write of other clients; the
+/// script must not be the exception. Redis checks a script's memory only at its first write, and
+/// ours trims (a write that frees memory, allowed when full) before it records; so the script
+/// declares itself a writing script (a `#!lua` first line), which Redis refuses whole when over
+/// `maxmemory`. The check that meets the refusal is answered, from memory, and the limiter stays
+/// there: a Redis that takes no writes cannot count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_over_maxmemory_is_an_error_and_the_limiter_falls_back_writing_nothing() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let limiter = connected(redis_config(&server, 5, 0, 0), &clock).await;
+    assert!(limiter.check("alice", "/").await.allowed());
+    assert_eq!(limiter.backend(), Backend::Redis);
+    // Over the cap from here on: 1 byte.
+    assert_eq!(
+        server.cli(&["config", "set", "maxmemory", "1"]).trim(),
+        "OK"
+    );
+    let refused = server.cli(&["set", "other-app-key", "v"]);
+    assert!(refused.contains("OOM"), "{refused}");
+    let keys_before = server.cli(&["dbsize"]);
+    let first = limiter.check("mallory-0", "/").await;
+    assert!(
+        first.allowed(),
+        "the check that met the refusal is answered"
+    );
+    assert_eq!(limiter.backend(), Backend::Memory);
+    let cause = limiter.fallback_cause().unwrap();
+    assert!(cause.to_string().contains("OOM"), "{cause}");
+    for i in 1..50 {
+        assert!(limiter.check(&format!("mallory-{i}"), "/").await.allowed());
+    }
+    assert_eq!(server.cli(&["dbsize"]), keys_before, "nothing was written");
+    assert_eq!(
+        server.cli(&["exists", "rate_limit:user:mallory-0"]).trim(),
+        "0"
+    );
+    // Memory enforces the limit from here on.
+    let admitted = (0..10).map(|_| limiter.check("bob", "/"));
+    let mut n = 0;
+    for check in admitted {
+        n += usize::from(check.await.allowed());
+    }
+    assert_eq!(n, 5);
+}

@@ -1,3 +1,8 @@
+#!lua
+-- (The first line declares the script's flags: none. So Redis treats it as a script that may
+-- write, and refuses it whole, with an OOM error, when it is over `maxmemory`; a script without
+-- it is checked only at its first write, here a trim, which Redis allows when full, and every
+-- ZADD after it would then pass the cap. Needs Redis 7.0 or later.)
 -- tiered-ratelimit: decide one request for all its tiers, atomically, in one round trip.
 --
 -- KEYS[i]     the tiers' sorted sets, most specific first (user, endpoint, global), i = 1..n
