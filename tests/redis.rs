@@ -708,3 +708,54 @@ async fn a_redis_over_maxmemory_is_an_error_and_the_limiter_falls_back_writing_n
     }
     assert_eq!(n, 5);
 }
+
+/// Redis's `timeout` (close a client idle that long; managed services and NAT gateways do the
+/// same) is not Redis failing: a quiet service whose connection was closed while idle reconnects
+/// at once, stays on Redis and keeps its counts, and its next check waits for nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_redis_closed_while_idle_is_reopened_and_the_counts_stay_on_redis() {
+    let server = RedisServer::start_with(&["--timeout", "1"]);
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let limiter = connected(redis_config(&server, 5, 0, 0), &clock).await;
+    for left in [4, 3] {
+        let d = limiter.check("alice", "/").await;
+        assert!(d.allowed());
+        assert_eq!(d.remaining(), left);
+    }
+    let connections = || -> u64 {
+        let info = server.cli(&["info", "stats"]);
+        let line = info
+            .lines()
+            .find(|l| l.starts_with("total_connections_received:"))
+            .unwrap();
+        line.split(':').nth(1).unwrap().trim().parse().unwrap()
+    };
+    let before = connections();
+    // Idle past the server's timeout (Redis sweeps idle clients about once a second).
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let after = connections();
+    // One of them is redis-cli's own, for the second INFO.
+    assert!(
+        after >= before + 2,
+        "Redis closed the idle connection and the client opened another ({before} -> {after})"
+    );
+    let started = std::time::Instant::now();
+    let d = limiter.check("alice", "/").await;
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        limiter.backend(),
+        Backend::Redis,
+        "{:?}",
+        limiter.fallback_cause()
+    );
+    assert_eq!(
+        d.remaining(),
+        2,
+        "the count of the Redis key, not of a fresh memory store"
+    );
+    assert_eq!(server.command_calls("evalsha"), 3);
+}

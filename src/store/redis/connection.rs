@@ -6,12 +6,19 @@ use std::time::Duration;
 
 use fred::prelude::{
     Builder, Client, ClientLike, ConnectionConfig, Error as FredError, PerformanceConfig,
+    ReconnectPolicy,
 };
 
 use super::super::StoreError;
 use super::{ask, Connections, RedisStore};
 use crate::config::RedisConfig;
 use crate::connect_error::ConnectError;
+
+/// Reconnections in a row (each after up to [`RECONNECT_JITTER_MS`]) before the client stops
+/// trying; a connection that comes back resets the count.
+const RECONNECT_ATTEMPTS: u32 = 3;
+/// The most a reconnection waits (a random part of it), so that instances do not all reconnect at once.
+const RECONNECT_JITTER_MS: u32 = 20;
 
 /// Where the first connection stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,7 +59,18 @@ pub(super) fn build_client(config: &RedisConfig) -> Result<Client, ConnectError>
     } else {
         1
     };
+    let clustered = redis.server.is_clustered();
     let mut builder = Builder::from_config(redis);
+    if !clustered {
+        // A connection Redis closes (its `timeout` on an idle client, a proxy's or a NAT's idle
+        // limit, a restart) is opened again at once, in the background: without it, a quiet
+        // service's next check would wait out its timeout on a dead socket and fall back for
+        // good. A few attempts in a row at most: a Redis that is gone fails the checks that
+        // wait on it by their timeout, as before, and the store falls back.
+        let mut policy = ReconnectPolicy::new_constant(RECONNECT_ATTEMPTS, 0);
+        policy.set_jitter(RECONNECT_JITTER_MS);
+        builder.set_policy(policy);
+    }
     builder
         .set_performance_config(PerformanceConfig {
             default_command_timeout: config.command_timeout,
