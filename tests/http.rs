@@ -633,6 +633,67 @@ async fn a_client_cannot_pick_its_bucket_through_a_header_the_proxy_does_not_wri
     );
 }
 
+/// An outside review's bypass: a client puts a byte that is not UTF-8 in its own part of
+/// `X-Forwarded-For` (or `Forwarded`); the proxy appends the real address on the same line.
+/// The entries the proxies wrote are still read, so each client keeps its own bucket instead
+/// of every such request being counted under the proxy's address.
+#[tokio::test]
+async fn a_non_utf8_entry_written_by_the_client_does_not_hide_what_the_proxy_appended() {
+    let layer = RateLimitLayer::new(config(1, 0, 0)).trusted_proxies([
+        "127.0.0.0/8".parse().unwrap(),
+        "10.0.0.0/8".parse().unwrap(),
+    ]);
+    let base = serve(items_router().route_layer(layer), true).await;
+    let client = reqwest::Client::new();
+    let url = format!("{base}/api/v1/items");
+    let get = |header: &'static str, value: &'static [u8]| {
+        client
+            .get(&url)
+            .header(header, http::HeaderValue::from_bytes(value).unwrap())
+            .send()
+    };
+    let xff = "x-forwarded-for";
+    let status = |r: reqwest::Result<reqwest::Response>| r.unwrap().status();
+    assert_eq!(
+        status(get(xff, b"\xff, 198.51.100.4, 10.0.0.2").await),
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(get(xff, b"\xfe\xfe, 198.51.100.5, 10.0.0.2").await),
+        StatusCode::OK,
+        "another client, not the proxy's bucket"
+    );
+    assert_eq!(
+        status(get(xff, b"6.6.6.6, 198.51.100.4").await),
+        StatusCode::TOO_MANY_REQUESTS,
+        "the first client again, however it fills its own part"
+    );
+    // Forwarded, named: the same.
+    let layer = RateLimitLayer::new(config(1, 0, 0))
+        .trusted_proxies(["127.0.0.0/8".parse().unwrap()])
+        .client_ip_header(http::header::FORWARDED);
+    let base = serve(items_router().route_layer(layer), true).await;
+    let url = format!("{base}/api/v1/items");
+    let get = |value: &'static [u8]| {
+        client
+            .get(&url)
+            .header("forwarded", http::HeaderValue::from_bytes(value).unwrap())
+            .send()
+    };
+    assert_eq!(
+        status(get(b"for=\xff;by=x, for=198.51.100.4").await),
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(get(b"for=6.6.6.6;x=\xff, for=198.51.100.5").await),
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(get(b"for=198.51.100.4").await),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
 #[tokio::test]
 async fn forwarded_headers_from_an_untrusted_peer_are_ignored() {
     // Only 10.0.0.0/8 is trusted; the peer is 127.0.0.1, so it is the client whatever it says.

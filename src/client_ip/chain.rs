@@ -36,36 +36,42 @@ impl Default for ChainHeader {
 impl ClientIpRule {
     /// The addresses of the configured header, left to right, across every header line;
     /// `None` for an entry that is not an address.
+    ///
+    /// Lines are split on the raw bytes, so an entry that is not UTF-8 (which only the client
+    /// can have written) is one `None` of its own and never hides the entries the proxies
+    /// appended after it on the same line.
     pub(super) fn chain(&self, headers: &HeaderMap) -> Vec<Option<IpAddr>> {
         match &self.header {
-            ChainHeader::Forwarded => headers
-                .get_all(http::header::FORWARDED)
-                .iter()
-                .flat_map(|v| v.to_str().unwrap_or("").split(','))
+            ChainHeader::Forwarded => entries(headers, &http::header::FORWARDED)
                 .map(|element| {
                     element
-                        .split(';')
+                        .split(|b| *b == b';')
                         .find_map(|pair| {
-                            let (k, v) = pair.split_once('=')?;
-                            k.trim().eq_ignore_ascii_case("for").then_some(v)
+                            let at = pair.iter().position(|b| *b == b'=')?;
+                            let (k, v) = (&pair[..at], &pair[at + 1..]);
+                            k.trim_ascii().eq_ignore_ascii_case(b"for").then_some(v)
                         })
                         .and_then(parse_node)
                 })
                 .collect(),
-            ChainHeader::List(name) => headers
-                .get_all(name)
-                .iter()
-                .flat_map(|v| v.to_str().unwrap_or("").split(','))
-                .map(parse_node)
-                .collect(),
+            ChainHeader::List(name) => entries(headers, name).map(parse_node).collect(),
         }
     }
 }
 
+/// The comma-separated entries of every line of `name`, as raw bytes.
+fn entries<'h>(headers: &'h HeaderMap, name: &http::HeaderName) -> impl Iterator<Item = &'h [u8]> {
+    headers
+        .get_all(name)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+}
+
 /// An address as proxies write it: `192.0.2.1`, `192.0.2.1:4711`, `"[2001:db8::1]:4711"`,
 /// `2001:db8::1`.
-fn parse_node(node: &str) -> Option<IpAddr> {
-    let node = node.trim().trim_matches('"');
+/// `None` for anything else, bytes that are not UTF-8 included.
+fn parse_node(node: &[u8]) -> Option<IpAddr> {
+    let node = std::str::from_utf8(node).ok()?.trim().trim_matches('"');
     if let Ok(ip) = node.parse::<IpAddr>() {
         return Some(canonical(ip));
     }

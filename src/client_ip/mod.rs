@@ -306,6 +306,31 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_that_is_not_utf8_is_one_entry_not_the_whole_line() {
+        let raw = |v: &[u8]| {
+            let mut h = HeaderMap::new();
+            h.append("x-forwarded-for", http::HeaderValue::from_bytes(v).unwrap());
+            h
+        };
+        let rule = behind(&["10.0.0.0/8"]);
+        let p = raw(b"\xff\xfe, 198.51.100.4, 10.0.0.2");
+        assert_eq!(rule.client(&p, ip("10.0.0.1")), ip("198.51.100.4"));
+        // Inside the trusted part it is garbage like any other: the walk stops before it.
+        let p = raw(b"198.51.100.4, \xff, 10.0.0.2");
+        assert_eq!(rule.client(&p, ip("10.0.0.1")), ip("10.0.0.2"));
+        let hops = ClientIpRule {
+            proxies: Proxies::Hops(2),
+            ..ClientIpRule::default()
+        };
+        let p = raw(b"\xff, 198.51.100.4, 10.0.0.2");
+        assert_eq!(hops.client(&p, ip("10.0.0.1")), ip("198.51.100.4"));
+        assert_eq!(
+            rule.chain(&raw(b"1.1.1.1,\x80x,2.2.2.2")),
+            [Some(ip("1.1.1.1")), None, Some(ip("2.2.2.2"))]
+        );
+    }
+
+    #[test]
     fn hop_count() {
         let rule = ClientIpRule {
             proxies: Proxies::Hops(2),
