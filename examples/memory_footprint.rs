@@ -124,4 +124,26 @@ fn main() {
             bytes as f64 / keys as f64
         );
     }
+
+    println!(
+        "\n## The worst id: 128 bytes that all need escaping (384 encoded), the longest kept\n"
+    );
+    println!("| keys | heap bytes | bytes per key |");
+    println!("|---:|---:|---:|");
+    for keys in [10_000usize, 100_000] {
+        let ids: Vec<String> = (0..keys)
+            .map(|i| format!("{i:0>128}").replace('0', "%"))
+            .collect();
+        assert!(ids.iter().all(|id| id.len() == 128));
+        let (limiter, _clock) = limiter(MAX_LIMIT, 0, 0);
+        let before = live();
+        for id in &ids {
+            assert!(ready(limiter.check(id, "/")).allowed());
+        }
+        let bytes = live() - before;
+        println!(
+            "| {keys} | {bytes} | {:.1} (128-byte ids, 384 encoded) |",
+            bytes as f64 / keys as f64
+        );
+    }
 }

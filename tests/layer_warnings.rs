@@ -1,6 +1,7 @@
 //! What the layer logs for the operator's two usual mistakes, in a test binary of its own (the
 //! "once per process" warning keeps its state in a static): serving without `ConnectInfo`, and
-//! trusting every address as a proxy.
+//! trusting every address as a proxy; and what the in-memory store logs when its key cap
+//! denies new keys.
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
@@ -85,5 +86,53 @@ fn trusting_every_address_is_logged_as_an_error() {
     assert!(
         errors.iter().all(|e| e.contains("trusts every client")),
         "{text}"
+    );
+}
+
+/// At the key cap, with every key live, new keys are denied as their tier's denials (a new
+/// endpoint key as "endpoint", though the route is untouched): the decision cannot tell that
+/// apart from a full tier, so the store says so in the log: one warning per 10 s of flood,
+/// not one per request.
+#[tokio::test(flavor = "current_thread")]
+async fn a_key_cap_that_denies_new_keys_is_logged_at_most_once_per_ten_seconds() {
+    use std::time::Duration;
+    use tiered_ratelimit::store::MemoryStore;
+    use tiered_ratelimit::{ManualClock, RateLimiter, Tier};
+    let (logs, _guard) = capture();
+    let clock = ManualClock::at(Duration::from_secs(1_000));
+    let store = MemoryStore::with_max_keys(4);
+    let config = RateLimitConfig::builder()
+        .window(Duration::from_secs(60))
+        .user_limit(5)
+        .endpoint_limit(100)
+        .build()
+        .unwrap();
+    let limiter = RateLimiter::builder(config)
+        .clock(clock.clone())
+        .store(store.clone())
+        .build();
+    assert!(limiter.check("alice", "/a").await.allowed());
+    for i in 0..2 {
+        assert!(limiter.check(&format!("flood{i}"), "/a").await.allowed());
+    }
+    // The cap (4 keys: three users, one endpoint) is reached and every key is live.
+    assert!(text(&logs).is_empty(), "{}", text(&logs));
+    let d = limiter.check("alice", "/untouched").await;
+    assert_eq!(d.blocked_by(), Some(Tier::Endpoint));
+    for i in 0..1_000 {
+        clock.advance(Duration::from_millis(5)); // 5 s in all: sweeps are due again and again
+        assert!(!limiter.check(&format!("new{i}"), "/a").await.allowed());
+    }
+    let logged = text(&logs);
+    assert_eq!(logged.matches("key cap is reached").count(), 1, "{logged}");
+    assert!(logged.contains("max_tracked_keys=4"), "{logged}");
+    assert!(logged.contains("WARN"), "{logged}");
+    clock.advance(Duration::from_secs(6));
+    assert!(!limiter.check("later", "/a").await.allowed());
+    assert_eq!(
+        text(&logs).matches("key cap is reached").count(),
+        2,
+        "{}",
+        text(&logs)
     );
 }

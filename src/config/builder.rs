@@ -76,7 +76,11 @@ impl RateLimitConfigBuilder {
         self
     }
 
-    /// The cap on keys the in-memory store tracks at once (default 1,000,000).
+    /// The cap on keys the in-memory store tracks at once (default 1,000,000), users and
+    /// endpoints together. A key costs about 130 to 190 bytes with short ids and up to about
+    /// 530 with the longest ids kept (128 bytes, all escaped), so the default cap bounds the
+    /// store at roughly 0.2 to 0.5 GB (docs/BENCHMARKS.md, section 7). Redis has no such cap:
+    /// bound it with `maxmemory`.
     pub fn max_tracked_keys(mut self, max: usize) -> Self {
         self.raw.max_tracked_keys = max;
         self

@@ -86,6 +86,8 @@ struct TierLogs {
     next_sweep: AtomicU64,
     /// Before this time (µs) a new key at the cap is denied without another sweep.
     cap_retry_at: AtomicU64,
+    /// When the next warning that the key cap denies new keys may be logged (µs).
+    next_cap_warning: AtomicU64,
     sweeping: Mutex<()>,
     /// Operators' blocks (see [`Store::block`]).
     blocks: Blocks,
@@ -115,6 +117,7 @@ impl MemoryStore {
                 max_keys: max_keys.max(1),
                 next_sweep: AtomicU64::new(0),
                 cap_retry_at: AtomicU64::new(0),
+                next_cap_warning: AtomicU64::new(0),
                 sweeping: Mutex::new(()),
                 blocks: Blocks::default(),
             }),
@@ -153,6 +156,7 @@ impl MemoryStore {
                     may_sweep = false;
                 }
                 Err(tier) => {
+                    inner.warn_cap_reached(now, tier);
                     let retry_at = inner.cap_retry_at.load(Ordering::Acquire);
                     return Ok(StoreOutcome::Denied {
                         tier,
@@ -176,6 +180,39 @@ impl MemoryStore {
         }
     }
 }
+
+impl TierLogs {
+    /// Logs, at most once every [`CAP_WARNING_INTERVAL_US`], that the key cap denied a new key
+    /// (every tracked key is live) (reported as `tier`'s denials, which the decision
+    /// alone cannot tell from a full tier).
+    fn warn_cap_reached(&self, now: u64, tier: Tier) {
+        let due = self.next_cap_warning.load(Ordering::Relaxed);
+        if now < due
+            || self
+                .next_cap_warning
+                .compare_exchange(
+                    due,
+                    now.saturating_add(CAP_WARNING_INTERVAL_US),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            return;
+        }
+        tracing::warn!(
+            max_tracked_keys = self.max_keys,
+            tracked = self.tracked.load(Ordering::Relaxed),
+            tier = tier.as_str(),
+            "the in-memory store's key cap is reached and every tracked key is live: requests \
+             that need a new key (new user ids, or a route not used within the window) are \
+             denied until keys fall idle; raise max_tracked_keys if this is not a flood"
+        );
+    }
+}
+
+/// At most one key-cap warning in this many microseconds (10 s).
+const CAP_WARNING_INTERVAL_US: u64 = 10_000_000;
 
 impl Store for MemoryStore {
     fn check(
