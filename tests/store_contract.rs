@@ -549,6 +549,33 @@ mod contract {
         assert_still_on(&b, &limiter);
     }
 
+    /// docs/POLICIES.md: `Retry-After` is the blocking tier's wait, the first full one; a
+    /// later tier that stays full longer answers the retry with its own 429 and wait.
+    pub async fn retry_after_is_the_first_full_tiers_wait_not_a_later_ones(b: TestBackend) {
+        let t0 = secs(1_000);
+        let clock = ManualClock::at(t0);
+        let limiter = b.limiter(limits(1, 2, 0, MINUTE), &clock).await;
+        assert!(limiter.check("alice", "/x").await.allowed()); // alice full until t0 + 60 s
+        clock.set(t0 + secs(30));
+        assert!(limiter.check("bob", "/e").await.allowed());
+        assert!(limiter.check("carol", "/e").await.allowed()); // /e full until t0 + 90 s
+        clock.set(t0 + secs(40));
+        assert_denied(
+            &limiter.check("alice", "/e").await,
+            Tier::User,
+            secs(20) + US,
+        );
+        clock.set(t0 + MINUTE + US);
+        assert_denied(
+            &limiter.check("alice", "/e").await,
+            Tier::Endpoint,
+            secs(30),
+        );
+        clock.set(t0 + secs(90) + US);
+        assert!(limiter.check("alice", "/e").await.allowed());
+        assert_still_on(&b, &limiter);
+    }
+
     // -------------------------------------------------------------- TestEdgeCases
 
     pub async fn limit_of_one(b: TestBackend) {
@@ -1324,6 +1351,7 @@ contract_tests!(
     retry_after_decreases_as_time_advances,
     retry_after_zero_when_allowed,
     retry_after_comes_from_the_blocking_tiers_oldest_entry,
+    retry_after_is_the_first_full_tiers_wait_not_a_later_ones,
     limit_of_one,
     limit_zero_switches_the_tier_off,
     all_limits_zero_always_allows,

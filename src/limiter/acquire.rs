@@ -18,7 +18,9 @@ impl RateLimiter {
     /// Returns the admitted decision (recorded, as `check` records it), or, as soon as the
     /// next wait would take it past `max_wait`, the denial at once, without sleeping for
     /// nothing. A request that can never fit (its cost above a tier's limit,
-    /// [`Decision::cost_exceeds_limit`]) is denied at once too.
+    /// [`Decision::cost_exceeds_limit`]) is denied at once too. A denial's wait is the
+    /// blocking tier's (docs/POLICIES.md, "Headers"): when a later tier is full for longer,
+    /// the next attempt meets that tier, so a call may sleep once and then give up.
     ///
     /// Waiting is a `tokio::time::sleep` of the denial's `retry_after` between checks: no
     /// spinning, no lock held, nothing reserved while asleep (needs a tokio runtime with
