@@ -188,6 +188,39 @@ fn tls_flags_are_checked_with_the_other_settings() {
     assert!(err.contains("redis.global_shards"), "{err}");
 }
 
+/// With `--config`, the Redis flags are ignored and the file says where Redis is; an outside
+/// review gave `--redis URL --redis-required` with a file that names no Redis, and the demo
+/// served on memory: each instance with limits of its own, what the flag exists to prevent.
+#[test]
+fn redis_required_with_a_config_file_that_names_no_redis_is_refused() {
+    let dir = std::env::temp_dir().join(format!(
+        "tiered-ratelimit-required-{}-{}",
+        std::process::id(),
+        common::free_port()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("plain.toml");
+    std::fs::write(&file, "window = \"60s\"\nuser_limit = 5\n").unwrap();
+    let out = server_command()
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--redis",
+            "redis://127.0.0.1:1",
+            "--redis-required",
+        ])
+        .arg("--config")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--redis-required"), "{err}");
+    assert!(err.contains("[redis]"), "{err}");
+    assert!(out.stdout.is_empty(), "it never listened");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// The demo's flags are parsed as Rust command-line tools parse theirs (clap): `--help` lists
 /// every flag with its environment variable and exits 0; `--version` prints the version; an
 /// unknown flag exits 2 and names it (both used to answer "needs a value").
@@ -525,7 +558,12 @@ async fn the_client_ip_header_is_the_one_named_and_trust_in_everyone_is_refused(
     }
     assert_eq!(passed, 2);
 
-    for everything in ["0.0.0.0/0", "::/0"] {
+    for everything in [
+        "0.0.0.0/0",
+        "::/0",
+        "0.0.0.0/1,128.0.0.0/1",
+        "::/1,8000::/1",
+    ] {
         let out = server_command()
             .args(["--listen", "127.0.0.1:0", "--trusted-proxy", everything])
             .output()

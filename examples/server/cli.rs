@@ -8,7 +8,7 @@ use axum::http::HeaderName;
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 use tiered_ratelimit::config::parse_duration;
-use tiered_ratelimit::{IpNet, RateLimitConfig};
+use tiered_ratelimit::{IpNet, RateLimitConfig, RateLimitLayer};
 
 use crate::reload::load;
 
@@ -114,8 +114,8 @@ pub(crate) struct Cli {
     pub(crate) redis_required: bool,
 
     /// A proxy network whose client-IP header entries are believed (repeatable; the variable
-    /// takes a comma-separated list) [default: none, the peer is the client]; 0.0.0.0/0 and
-    /// ::/0 are refused: every client could name itself
+    /// takes a comma-separated list) [default: none, the peer is the client]; 0.0.0.0/0, ::/0
+    /// and networks that add up to them are refused: every client could name itself
     #[arg(long = "trusted-proxy", env = "RATE_LIMIT_TRUSTED_PROXIES", value_name = "CIDR",
           value_delimiter = ',', value_parser = trusted_proxy)]
     pub(crate) trusted_proxies: Vec<IpNet>,
@@ -177,7 +177,7 @@ fn header_name(value: &str) -> Result<HeaderName, String> {
 pub(crate) fn settings() -> (Cli, RateLimitConfig) {
     let cli = Cli::parse();
     // Not clap's `requires`: that would also fire on RATE_LIMIT_REDIS_REQUIRED=false.
-    if cli.redis_required && cli.redis.is_none() {
+    if cli.redis_required && cli.redis.is_none() && cli.config.is_none() {
         let message = "--redis-required needs --redis URL (or RATE_LIMIT_REDIS_URL)";
         Cli::command()
             .error(ErrorKind::MissingRequiredArgument, message)
@@ -193,16 +193,34 @@ pub(crate) fn settings() -> (Cli, RateLimitConfig) {
             .error(ErrorKind::ValueValidation, message)
             .exit()
     }
+    if let Some(all) = RateLimitLayer::trusts_every_client(&cli.trusted_proxies) {
+        let message = format!(
+            "--trusted-proxy: together the networks hold {all}, which trusts every client to \
+             name its own address; name your proxies' networks"
+        );
+        Cli::command()
+            .error(ErrorKind::ValueValidation, message)
+            .exit()
+    }
     let config = match &cli.config {
         Some(path) => load(path),
         None => cli.config().map_err(|e| e.to_string()),
     };
-    match config {
-        Ok(config) => (cli, config),
+    let config = match config {
+        Ok(config) => config,
         Err(e) => Cli::command()
             .error(ErrorKind::ValueValidation, format!("invalid settings: {e}"))
             .exit(),
+    };
+    // With --config the Redis flags are ignored: the file must name Redis itself.
+    if cli.redis_required && config.redis().is_none() {
+        let message = "--redis-required: the config file names no Redis (a [redis] section \
+                       with its url); with --config the --redis flags are ignored";
+        Cli::command()
+            .error(ErrorKind::MissingRequiredArgument, message)
+            .exit()
     }
+    (cli, config)
 }
 
 impl Cli {

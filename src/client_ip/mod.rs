@@ -36,10 +36,15 @@ pub(crate) fn contains(net: &IpNet, ip: IpAddr) -> bool {
     }
 }
 
-/// Whether `net` holds every address of its family (`0.0.0.0/0`, `::/0`, and
-/// `::ffff:0:0/96`, every IPv4-mapped address): trusting it trusts every client to name itself.
-pub(crate) fn is_everything(net: &IpNet) -> bool {
-    canonical_net(net).prefix_len() == 0
+/// Every address of one family (`0.0.0.0/0` or `::/0`) if `nets` hold it together: one
+/// network (`0.0.0.0/0`, `::/0`, `::ffff:0:0/96`, every IPv4-mapped address) or several that
+/// add up to it (`0.0.0.0/1` and `128.0.0.0/1`). Trusting it trusts every client to name
+/// itself.
+pub(crate) fn covers_everything(nets: &[IpNet]) -> Option<IpNet> {
+    let canonical: Vec<IpNet> = nets.iter().map(canonical_net).collect();
+    IpNet::aggregate(&canonical)
+        .into_iter()
+        .find(|n| n.prefix_len() == 0)
 }
 
 /// An IPv6 network inside `::ffff:0:0/96` becomes the IPv4 network it maps; others are kept.
@@ -273,11 +278,27 @@ mod tests {
     }
 
     #[test]
-    fn everything_networks_are_recognised() {
-        assert!(is_everything(&"0.0.0.0/0".parse().unwrap()));
-        assert!(is_everything(&"::/0".parse().unwrap()));
-        assert!(is_everything(&"::ffff:0:0/96".parse().unwrap()));
-        assert!(!is_everything(&"10.0.0.0/8".parse().unwrap()));
+    fn everything_networks_are_recognised_alone_or_together() {
+        let all = |nets: &[&str]| {
+            let nets: Vec<IpNet> = nets.iter().map(|n| n.parse().unwrap()).collect();
+            covers_everything(&nets).map(|n| n.to_string())
+        };
+        assert_eq!(all(&["0.0.0.0/0"]).as_deref(), Some("0.0.0.0/0"));
+        assert_eq!(all(&["::/0"]).as_deref(), Some("::/0"));
+        assert_eq!(all(&["::ffff:0:0/96"]).as_deref(), Some("0.0.0.0/0"));
+        assert_eq!(
+            all(&["0.0.0.0/1", "128.0.0.0/1"]).as_deref(),
+            Some("0.0.0.0/0")
+        );
+        assert_eq!(
+            all(&["::ffff:0.0.0.0/97", "10.0.0.0/8", "128.0.0.0/1"]).as_deref(),
+            Some("0.0.0.0/0")
+        );
+        assert_eq!(all(&["::/1", "8000::/1"]).as_deref(), Some("::/0"));
+        assert_eq!(all(&["10.0.0.0/8"]), None);
+        assert_eq!(all(&["0.0.0.0/1", "::/1"]), None, "halves of two families");
+        assert_eq!(all(&["0.0.0.0/1", "128.0.0.0/2"]), None);
+        assert_eq!(all(&[]), None);
     }
 
     #[test]

@@ -214,12 +214,14 @@ impl RateLimitLayer {
     /// ]);
     /// ```
     ///
-    /// A network of every address (`0.0.0.0/0`, `::/0`) trusts every client to name itself,
+    /// Networks that hold every address of a family (`0.0.0.0/0`, `::/0`, or several that add
+    /// up to one, such as `0.0.0.0/1` and `128.0.0.0/1`) trust every client to name itself,
     /// so that any client can pick its own bucket: it is logged as an error when the layer is
-    /// built this way (the demo server refuses it).
+    /// built this way (the demo server refuses it; see
+    /// [`trusts_every_client`](Self::trusts_every_client)).
     pub fn trusted_proxies(mut self, networks: impl IntoIterator<Item = IpNet>) -> Self {
         let networks: Vec<IpNet> = networks.into_iter().collect();
-        if let Some(all) = networks.iter().find(|n| crate::client_ip::is_everything(n)) {
+        if let Some(all) = Self::trusts_every_client(&networks) {
             tracing::error!(
                 network = %all,
                 "trusted_proxies: {all} trusts every client to name its own address, so any \
@@ -228,6 +230,21 @@ impl RateLimitLayer {
         }
         self.settings_mut().client_ip.proxies = Proxies::Networks(networks);
         self
+    }
+
+    /// Every address of one family (`0.0.0.0/0` or `::/0`) if `networks` hold it, alone or
+    /// together; `None` for networks that leave some client out. For an application that takes
+    /// its proxies from its operator and wants to refuse such a list, as the demo server does.
+    ///
+    /// ```
+    /// use tiered_ratelimit::{IpNet, RateLimitLayer};
+    /// let halves: Vec<IpNet> = vec!["0.0.0.0/1".parse().unwrap(), "128.0.0.0/1".parse().unwrap()];
+    /// assert_eq!(RateLimitLayer::trusts_every_client(&halves), Some("0.0.0.0/0".parse().unwrap()));
+    /// let proxies: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+    /// assert_eq!(RateLimitLayer::trusts_every_client(&proxies), None);
+    /// ```
+    pub fn trusts_every_client(networks: &[IpNet]) -> Option<IpNet> {
+        crate::client_ip::covers_everything(networks)
     }
 
     /// The one header that carries the addresses the trusted proxies saw (default
