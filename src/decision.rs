@@ -138,7 +138,8 @@ impl Decision {
     /// have said (`X-RateLimit-Remaining: 0`, `Retry-After: n`).
     #[inline]
     pub(crate) fn shadow_deny(tier: Tier, retry_after: Duration) -> Self {
-        let wait = micros_up(retry_after);
+        // At least 1 µs (so `Retry-After` at least 1), whatever a custom store answered.
+        let wait = micros_up(retry_after).max(1);
         Self {
             remaining: 0,
             retry_after_us: wait,

@@ -128,3 +128,59 @@ async fn a_custom_store_without_blocks_says_so() {
         "nothing was blocked"
     );
 }
+
+/// A store that denies with no wait at all (a zero `Duration`, as a hasty custom store may).
+#[derive(Clone)]
+struct DeniesWithoutWait {
+    blocked: bool,
+    shadow: bool,
+}
+
+impl Store for DeniesWithoutWait {
+    fn check(
+        &self,
+        _request: &StoreRequest<'_>,
+    ) -> impl Future<Output = Result<StoreOutcome, StoreError>> + Send {
+        let outcome = match (self.blocked, self.shadow) {
+            (true, _) => StoreOutcome::blocked(Tier::User, Duration::ZERO),
+            (_, true) => StoreOutcome::admitted(0, Tier::User, Duration::ZERO)
+                .with_shadow_denied(Tier::User, Duration::ZERO),
+            _ => StoreOutcome::denied(Tier::User, Duration::ZERO),
+        };
+        std::future::ready(Ok(outcome))
+    }
+
+    fn reset(&self, _tier: Tier, _id: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
+        std::future::ready(Ok(()))
+    }
+
+    fn backend(&self) -> Backend {
+        Backend::Custom
+    }
+}
+
+/// README: `Retry-After` is at least 1 on a 429, whatever the store. An outside review's custom
+/// store denied with a zero wait and the 429 said `Retry-After: 0` (and `t=0`): retry at once.
+#[tokio::test]
+async fn a_denial_with_no_wait_from_a_custom_store_still_says_retry_after_one() {
+    let config = RateLimitConfig::builder()
+        .window(Duration::from_secs(60))
+        .user_limit(2)
+        .headers(tiered_ratelimit::HeaderStyle::Both)
+        .build()
+        .unwrap();
+    for (blocked, shadow) in [(false, false), (true, false), (false, true)] {
+        let limiter = RateLimiter::builder(config.clone())
+            .clock(ManualClock::new())
+            .store(DeniesWithoutWait { blocked, shadow })
+            .build();
+        let d = limiter.check("alice", "/").await;
+        assert_eq!(d.allowed(), shadow, "{d:?}");
+        assert_eq!(d.retry_after_secs(), 1, "{d:?}");
+        assert!(d.retry_after() > Duration::ZERO, "{d:?}");
+        let headers = tiered_ratelimit::headers::to_header_map(&d, config.headers());
+        assert_eq!(headers["retry-after"], "1", "{headers:?}");
+        let ratelimit = headers["ratelimit"].to_str().unwrap();
+        assert!(ratelimit.ends_with(";t=1"), "{ratelimit}");
+    }
+}
