@@ -63,19 +63,29 @@ pub fn write(decision: &Decision, style: HeaderStyle, headers: &mut HeaderMap) {
         let mut policy = String::new();
         for (i, (tier, limit)) in decision.limits().enumerate() {
             let sep = if i == 0 { "" } else { ", " };
-            let _ = write!(policy, "{sep}\"{tier}\";q={limit};w={w}");
+            let _ = write!(policy, "{sep}\"{tier}\";q={};w={}", sf(limit), sf(w));
         }
         if let Ok(value) = HeaderValue::try_from(policy) {
             headers.insert(RATELIMIT_POLICY.clone(), value);
         }
         if let Some((tier, resets_in)) = decision.binding() {
             let secs = resets_in.as_secs() + u64::from(resets_in.subsec_nanos() > 0);
-            let value = format!("\"{tier}\";r={};t={secs}", decision.remaining());
+            let value = format!("\"{tier}\";r={};t={}", sf(decision.remaining()), sf(secs));
             if let Ok(value) = HeaderValue::try_from(value) {
                 headers.insert(RATELIMIT.clone(), value);
             }
         }
     }
+}
+
+/// The largest integer of a structured field (RFC 9651: at most 15 digits).
+const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
+
+/// `n` as a structured-field integer: limits and counts above 15 digits (the config allows
+/// 2^50) are written as the largest one, so that the field stays valid.
+#[inline]
+fn sf(n: u64) -> u64 {
+    n.min(SF_INTEGER_MAX)
 }
 
 /// Header values of small numbers, made once: sending one is then a copy, not an allocation.
@@ -119,6 +129,36 @@ mod tests {
         for n in [0, 1, 9, 10, 99, 100, 4095, 4096, 4097, 1 << 40, u64::MAX] {
             assert_eq!(number(n).to_str().unwrap(), n.to_string());
         }
+    }
+
+    /// RFC 9651 integers have at most 15 digits; a strict parser drops a field with a longer
+    /// one. The config accepts limits up to 2^50 (16 digits): an outside review's
+    /// `user_limit = MAX_LIMIT` sent `q=1125899906842624`.
+    #[test]
+    fn ietf_integers_stay_within_fifteen_digits() {
+        let max = crate::config::MAX_LIMIT;
+        let window = crate::config::MAX_WINDOW;
+        let mut d = Decision::admit(max - 1, Tier::User, window);
+        d.set_tiers([(Tier::User, max), (Tier::Global, 7)], window);
+        let h = to_header_map(&d, HeaderStyle::Ietf);
+        let policy = h[&RATELIMIT_POLICY].to_str().unwrap();
+        let limit = h[&RATELIMIT].to_str().unwrap();
+        assert_eq!(
+            policy,
+            "\"user\";q=999999999999999;w=3153600000, \"global\";q=7;w=3153600000"
+        );
+        assert_eq!(limit, "\"user\";r=999999999999999;t=3153600000");
+        for field in [policy, limit] {
+            for n in field
+                .split(|c: char| !c.is_ascii_digit())
+                .filter(|n| !n.is_empty())
+            {
+                assert!(n.len() <= 15, "{field}");
+            }
+        }
+        // The legacy header is not a structured field: it stays exact.
+        let h = to_header_map(&d, HeaderStyle::Legacy);
+        assert_eq!(h[&X_RATELIMIT_REMAINING], (max - 1).to_string().as_str());
     }
 
     #[test]
