@@ -694,6 +694,66 @@ async fn a_non_utf8_entry_written_by_the_client_does_not_hide_what_the_proxy_app
     );
 }
 
+/// `RateLimitLayer::cost`'s documented closure, over real HTTP: a chunked upload (no
+/// `Content-Length`) costs the most the service accepts, not nothing. An outside review priced
+/// the old example's way (`unwrap_or(0)`) and got 400 KiB through a budget of 4 KiB a minute.
+#[tokio::test]
+async fn an_upload_without_a_declared_length_costs_the_body_limit() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const MAX_BODY_KIB: u64 = 2 * 1024;
+    let layer = header_user_id(RateLimitLayer::new(config(3_000, 0, 0))).cost(|parts| {
+        let declared = parts
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        match declared {
+            Some(bytes) => bytes.div_ceil(1024).clamp(1, MAX_BODY_KIB),
+            None if parts.method == http::Method::GET || parts.method == http::Method::HEAD => 1,
+            None => MAX_BODY_KIB,
+        }
+    });
+    let app = Router::new()
+        .route(
+            "/upload",
+            axum::routing::post(|body: String| async move { format!("stored {}", body.len()) }),
+        )
+        .route_layer(layer);
+    let base = serve(app, true).await;
+    let addr = base.trim_start_matches("http://").to_owned();
+    let chunked = || async {
+        let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let chunk = "x".repeat(100 * 1024);
+        let head = "POST /upload HTTP/1.1\r\nHost: t\r\nX-User-Id: mallory\r\n\
+                    Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+        let body = format!("{:x}\r\n{chunk}\r\n0\r\n\r\n", chunk.len());
+        tcp.write_all(head.as_bytes()).await.unwrap();
+        tcp.write_all(body.as_bytes()).await.unwrap();
+        let mut reply = String::new();
+        tcp.read_to_string(&mut reply).await.unwrap();
+        reply
+    };
+    let first = chunked().await;
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    assert!(
+        first
+            .to_ascii_lowercase()
+            .contains("x-ratelimit-remaining: 952"),
+        "2,048 units spent: {first}"
+    );
+    let second = chunked().await;
+    assert!(second.starts_with("HTTP/1.1 429"), "{second}");
+    // A declared 5 KiB costs 5.
+    let reply = reqwest::Client::new()
+        .post(format!("{base}/upload"))
+        .header("x-user-id", "mallory")
+        .body(vec![b'x'; 5 * 1024])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), StatusCode::OK);
+    assert_eq!(reply.headers()["x-ratelimit-remaining"], "947");
+}
+
 #[tokio::test]
 async fn forwarded_headers_from_an_untrusted_peer_are_ignored() {
     // Only 10.0.0.0/8 is trusted; the peer is 127.0.0.1, so it is the client whatever it says.

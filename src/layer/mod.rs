@@ -158,17 +158,29 @@ impl RateLimitLayer {
     /// How many units a request spends (default 1), from its method, route, declared body
     /// size, ... A cost above a tier's limit is denied with a problem body that says so.
     ///
+    /// The cost is decided from the head, before the body is read: a body's size is only what
+    /// `Content-Length` declares (hyper refuses a body longer than that). A body without it
+    /// (chunked, or HTTP/2 without the header) can be as long as the service lets it be, so
+    /// price it at the body limit you enforce (axum's `DefaultBodyLimit`, 2 MiB by default),
+    /// never at 0: an outside review sent 400 KiB chunked through a budget of 4 KiB a minute
+    /// priced with `unwrap_or(0)`.
+    ///
     /// ```
     /// # use tiered_ratelimit::{RateLimitConfig, RateLimitLayer};
-    /// # let config = RateLimitConfig::builder().user_limit(1000).build().unwrap();
-    /// // One unit per started KiB of declared body, at least 1.
+    /// # let config = RateLimitConfig::builder().user_limit(10_000).build().unwrap();
+    /// // One unit per started KiB of body, at least 1; an undeclared body costs the most the
+    /// // service accepts (here axum's default limit of 2 MiB).
+    /// const MAX_BODY_KIB: u64 = 2 * 1024;
     /// let layer = RateLimitLayer::new(config).cost(|parts| {
-    ///     let bytes = parts
+    ///     let declared = parts
     ///         .headers
     ///         .get(http::header::CONTENT_LENGTH)
-    ///         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-    ///         .unwrap_or(0);
-    ///     bytes.div_ceil(1024).max(1)
+    ///         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    ///     match declared {
+    ///         Some(bytes) => bytes.div_ceil(1024).clamp(1, MAX_BODY_KIB),
+    ///         None if parts.method == http::Method::GET || parts.method == http::Method::HEAD => 1,
+    ///         None => MAX_BODY_KIB,
+    ///     }
     /// });
     /// ```
     pub fn cost<F>(mut self, f: F) -> Self
