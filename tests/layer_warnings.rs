@@ -1,6 +1,6 @@
-//! What the layer logs for the operator's two usual mistakes, in a test binary of its own (the
-//! "once per process" warning keeps its state in a static): serving without `ConnectInfo`, and
-//! trusting every address as a proxy; and what the in-memory store logs when its key cap
+//! What the layer logs for the operator's usual mistakes, in a test binary of its own (the
+//! "once per process" warnings keep their state in statics): serving without `ConnectInfo`,
+//! trusting every address as a proxy, the layer outside the router; and what the in-memory store logs when its key cap
 //! denies new keys.
 
 use std::convert::Infallible;
@@ -148,4 +148,57 @@ async fn a_key_cap_that_denies_new_keys_is_logged_at_most_once_per_ten_seconds()
         "{}",
         text(&logs)
     );
+}
+
+/// The layer wrapped around the whole `Router` (not `route_layer`) sees no `MatchedPath`: every
+/// request shares the unmatched endpoint key and no route's own limits apply. An outside review
+/// found `/login`'s user limit of 2 admitting 10 of 10 that way, with nothing logged. The
+/// limits stay as they are (the layer cannot know the route); one WARN says why.
+#[tokio::test(flavor = "current_thread")]
+async fn a_layer_outside_the_router_with_route_limits_warns_once() {
+    use tiered_ratelimit::RouteLimits;
+    let (logs, _guard) = capture();
+    let config = RateLimitConfig::builder()
+        .user_limit(100)
+        .route(
+            "/login",
+            RouteLimits {
+                user_limit: Some(2),
+                endpoint_limit: None,
+            },
+        )
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::new(config).user_id_header("x-user-id");
+    let inside = axum::Router::new()
+        .route("/login", axum::routing::post(|| async { "ok" }))
+        .route_layer(layer.clone());
+    let mut admitted = 0;
+    for _ in 0..5 {
+        let request = Request::post("/login")
+            .header("x-user-id", "mallory")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let response = inside.clone().oneshot(request).await.unwrap();
+        admitted += usize::from(response.status() == StatusCode::OK);
+    }
+    assert_eq!(admitted, 2, "under route_layer the route's limit holds");
+    assert!(!text(&logs).contains("MatchedPath"), "{}", text(&logs));
+
+    let outside = tower::Layer::layer(
+        &layer,
+        axum::Router::new().route("/login", axum::routing::post(|| async { "ok" })),
+    );
+    for _ in 0..3 {
+        let request = Request::post("/login")
+            .header("x-user-id", "mallory")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let response = outside.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let text = text(&logs);
+    let warnings: Vec<&str> = text.lines().filter(|l| l.contains("MatchedPath")).collect();
+    assert_eq!(warnings.len(), 1, "{text}");
+    assert!(warnings[0].contains("WARN") && warnings[0].contains("route_layer"), "{text}");
 }

@@ -97,10 +97,37 @@ impl RateLimitLayer {
                 .map_or(Endpoint::Unmatched, Endpoint::Named);
         }
         #[cfg(feature = "axum")]
-        if let Some(path) = head.extensions().get::<axum::extract::MatchedPath>() {
-            return Endpoint::Matched(path.as_str());
+        {
+            if let Some(path) = head.extensions().get::<axum::extract::MatchedPath>() {
+                return Endpoint::Matched(path.as_str());
+            }
+            self.warn_unmatched_once();
         }
         Endpoint::Unmatched
+    }
+
+    /// Logs, once per process, that a request reached the layer without axum's `MatchedPath`
+    /// while the configuration has per-endpoint limits (an endpoint limit or route limits),
+    /// which such a request cannot get: the layer is outside the router, or on its fallback.
+    #[cfg(feature = "axum")]
+    #[cold]
+    fn warn_unmatched_once(&self) {
+        static WARNED: AtomicBool = AtomicBool::new(false);
+        if WARNED.load(Ordering::Relaxed) {
+            return;
+        }
+        let config = self.limiter().config();
+        if config.endpoint_limit() == 0 && config.routes().next().is_none() {
+            return;
+        }
+        if !WARNED.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "a request reached the rate-limit layer without axum's MatchedPath: it matched no \
+                 route, or the layer wraps the Router from outside. Such requests share one \
+                 endpoint key and get no route's own limits; put the layer on the routes with \
+                 `Router::route_layer`, or name endpoints with `RateLimitLayer::endpoint`"
+            );
+        }
     }
 
     /// The request's cost: the cost closure's answer, else 1.
