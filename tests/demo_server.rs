@@ -573,3 +573,47 @@ async fn the_client_ip_header_is_the_one_named_and_trust_in_everyone_is_refused(
         assert!(stderr.contains("trusts every client"), "{stderr}");
     }
 }
+
+/// A bad config file is refused naming the key at fault: an outside review's unknown key on
+/// the second line was reported as the first line's (`window: unknown field user_limt`), and a
+/// duplicate key as the line before it.
+#[test]
+fn a_bad_config_file_names_the_key_on_the_line_at_fault() {
+    let dir = std::env::temp_dir().join(format!(
+        "tiered-ratelimit-badfile-{}-{}",
+        std::process::id(),
+        common::free_port()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = [
+        (
+            "window = \"60s\"\nuser_limt = 5\n",
+            "user_limt: unknown field",
+            "window:",
+        ),
+        (
+            "user_limit = 5\nheaders = \"legacy\"\nuser_limit = 6\n",
+            "user_limit: duplicate key",
+            "headers:",
+        ),
+        (
+            "window = \"60s\"\nuser_limit = \"many\"\n",
+            "user_limit:",
+            "window:",
+        ),
+    ];
+    for (i, (text, named, not_named)) in cases.into_iter().enumerate() {
+        let file = dir.join(format!("bad{i}.toml"));
+        std::fs::write(&file, text).unwrap();
+        let out = server_command()
+            .args(["--listen", "127.0.0.1:0", "--config"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(named), "{text:?}: {err}");
+        assert!(!err.contains(not_named), "{text:?}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

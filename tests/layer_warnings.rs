@@ -200,5 +200,8 @@ async fn a_layer_outside_the_router_with_route_limits_warns_once() {
     let text = text(&logs);
     let warnings: Vec<&str> = text.lines().filter(|l| l.contains("MatchedPath")).collect();
     assert_eq!(warnings.len(), 1, "{text}");
-    assert!(warnings[0].contains("WARN") && warnings[0].contains("route_layer"), "{text}");
+    assert!(
+        warnings[0].contains("WARN") && warnings[0].contains("route_layer"),
+        "{text}"
+    );
 }

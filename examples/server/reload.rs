@@ -6,10 +6,14 @@ use tiered_ratelimit::{RateLimitConfig, RateLimiter};
 pub(crate) fn load(path: &std::path::Path) -> Result<RateLimitConfig, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     toml::from_str(&text).map_err(|e| {
-        // A value toml could not read: name its key (the text before `=` on its line).
+        // Name the key of the line the error points into (the text before its `=`): the span
+        // starts at a bad value, or at the start of an unknown or duplicate key's line.
         let key = e
             .span()
-            .and_then(|span| text.get(..span.start)?.lines().last())
+            .and_then(|span| {
+                let start = text.get(..span.start)?.rfind('\n').map_or(0, |i| i + 1);
+                text.get(start..)?.lines().next()
+            })
             .and_then(|line| Some(line.split_once('=')?.0.trim()))
             .filter(|key| !key.is_empty() && !e.message().starts_with(key));
         match key {
