@@ -122,14 +122,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     let rate_limit = RateLimitLayer::new(config)
         .endpoint(|parts| grpc_method(parts.uri.path()))
-        .user_id(|parts| {
-            parts
-                .headers
-                .get("x-user-id")?
-                .to_str()
-                .ok()
-                .map(str::to_owned)
-        });
+        .user_id_header("x-user-id");
 
     let (_reporter, health) = tonic_health::server::health_reporter();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
