@@ -216,7 +216,10 @@ async fn the_user_is_the_x_user_id_metadata() {
         request
     };
     client.check(utf8()).await.unwrap();
-    assert!(client.check(utf8()).await.is_err(), "the second of a limit of 1");
+    assert!(
+        client.check(utf8()).await.is_err(),
+        "the second of a limit of 1"
+    );
     let key = tiered_ratelimit::key::encode_id("josé");
     assert_eq!(store.entries(Tier::User, &key), 1);
 

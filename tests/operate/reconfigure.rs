@@ -123,6 +123,52 @@ pub async fn recorded_entries_count_under_the_new_config(b: TestBackend) {
     assert!(!limiter.check("alice", "/a").await.allowed());
 }
 
+/// docs/OPERATIONS.md, what a reconfiguration may give back (an outside review's two cases):
+/// a route's own user limit counts in a bucket of its own, so adding one starts that route's
+/// user counts afresh; and a check under a shorter window drops older entries for good, so a
+/// window shortened and lengthened again no longer counts them.
+pub async fn what_a_new_route_limit_or_a_window_there_and_back_gives_back(b: TestBackend) {
+    let clock = start();
+    let limiter = limiter(&b, limits(3, 0, 0, MINUTE), &clock).await;
+    for _ in 0..3 {
+        assert!(limiter.check("alice", "/login").await.allowed());
+    }
+    assert!(!limiter.check("alice", "/login").await.allowed());
+    let route = tiered_ratelimit::RouteLimits {
+        user_limit: Some(2),
+        endpoint_limit: None,
+    };
+    limiter
+        .reconfigure(config(&b, limits(3, 0, 0, MINUTE).route("/login", route)))
+        .unwrap();
+    assert!(limiter.check("alice", "/login").await.allowed());
+    assert!(limiter.check("alice", "/login").await.allowed());
+    assert!(!limiter.check("alice", "/login").await.allowed());
+    // The general bucket is untouched: still full for alice elsewhere.
+    assert!(!limiter.check("alice", "/other").await.allowed());
+
+    // 60 s -> 1 s -> 60 s: bob's two entries, 2 s old, are dropped by the check under 1 s.
+    limiter
+        .reconfigure(config(&b, limits(2, 0, 0, MINUTE)))
+        .unwrap();
+    assert!(limiter.check("bob", "/a").await.allowed());
+    assert!(limiter.check("bob", "/a").await.allowed());
+    assert!(!limiter.check("bob", "/a").await.allowed());
+    clock.advance(2 * SEC);
+    limiter
+        .reconfigure(config(&b, limits(2, 0, 0, SEC)))
+        .unwrap();
+    assert!(limiter.check("bob", "/a").await.allowed());
+    limiter
+        .reconfigure(config(&b, limits(2, 0, 0, MINUTE)))
+        .unwrap();
+    assert!(
+        limiter.check("bob", "/a").await.allowed(),
+        "the old two are gone"
+    );
+    assert!(!limiter.check("bob", "/a").await.allowed());
+}
+
 /// A setting the store was built from cannot change: refused, naming it, the running config
 /// kept.
 pub async fn store_settings_need_a_new_limiter(b: TestBackend) {
@@ -210,6 +256,7 @@ pub async fn layers_see_the_change(b: TestBackend) {
 crate::on_every_backend!(reconfigure, threaded:
     concurrent_checks_never_see_a_mixed_config,
     recorded_entries_count_under_the_new_config,
+    what_a_new_route_limit_or_a_window_there_and_back_gives_back,
     store_settings_need_a_new_limiter,
     plans_follow_the_new_config,
     layers_see_the_change,

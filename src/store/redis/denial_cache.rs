@@ -203,6 +203,17 @@ impl DenialCache {
         self.epoch.load(Ordering::Acquire)
     }
 
+    /// Drops what is remembered of `key` after Redis admitted a request to it: that request
+    /// was checked under other terms (a live reconfiguration's window, limit or cost), and a
+    /// check under a shorter window trims entries for good, so the key may have room long
+    /// before the remembered wait ends. (Not an invalidation: the epoch stays.)
+    #[inline]
+    pub(crate) fn forget_admitted(&self, key: &str) {
+        if self.entries.contains_key(key) {
+            self.entries.remove(key);
+        }
+    }
+
     /// Forgets one key (it was reset here or on another instance).
     pub(crate) fn forget(&self, key: &str) {
         self.epoch.fetch_add(1, Ordering::AcqRel);

@@ -205,10 +205,12 @@ impl RedisStore {
         }
         let epoch = denials.epoch();
         let (outcome, still) = self.check_remote(req).await?;
-        if let StoreOutcome::Denied { tier, retry_after } = outcome {
-            if tier == first.tier {
+        match outcome {
+            StoreOutcome::Denied { tier, retry_after } if tier == first.tier => {
                 denials.remember_since(epoch, first_key, terms, now_us, retry_after, still);
             }
+            StoreOutcome::Admitted { .. } => denials.forget_admitted(&first_key),
+            _ => {}
         }
         Ok(outcome)
     }
