@@ -42,17 +42,10 @@ impl ClientIpRule {
     /// appended after it on the same line.
     pub(super) fn chain(&self, headers: &HeaderMap) -> Vec<Option<IpAddr>> {
         match &self.header {
-            ChainHeader::Forwarded => entries(headers, &http::header::FORWARDED)
-                .map(|element| {
-                    element
-                        .split(|b| *b == b';')
-                        .find_map(|pair| {
-                            let at = pair.iter().position(|b| *b == b'=')?;
-                            let (k, v) = (&pair[..at], &pair[at + 1..]);
-                            k.trim_ascii().eq_ignore_ascii_case(b"for").then_some(v)
-                        })
-                        .and_then(parse_node)
-                })
+            ChainHeader::Forwarded => headers
+                .get_all(http::header::FORWARDED)
+                .iter()
+                .flat_map(|v| forwarded_elements(v.as_bytes()))
                 .collect(),
             ChainHeader::List(name) => entries(headers, name).map(parse_node).collect(),
         }
@@ -65,6 +58,77 @@ fn entries<'h>(headers: &'h HeaderMap, name: &http::HeaderName) -> impl Iterator
         .get_all(name)
         .iter()
         .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+}
+
+/// The `for=` address of each element of one `Forwarded` line (RFC 7239): elements split on
+/// `,` and parameters on `;`, but never inside a quoted string (`host="a,b;c"`, with `\`
+/// escapes), where proxies put values the client chose. An element with no `for`, or with
+/// two, gives `None`; an unbalanced quote runs to the end of the line.
+fn forwarded_elements(line: &[u8]) -> Vec<Option<IpAddr>> {
+    let mut out = Vec::new();
+    // This element's `for` value: none yet, one, or more than one.
+    let mut found: Option<Option<IpAddr>> = None;
+    let mut twice = false;
+    let (mut start, mut quoted, mut escaped) = (0, false, false);
+    for i in 0..=line.len() {
+        let b = line.get(i).copied();
+        if quoted {
+            match b {
+                Some(_) if escaped => escaped = false,
+                Some(b'\\') => escaped = true,
+                Some(b'"') => quoted = false,
+                Some(_) => {}
+                None => {}
+            }
+            if b.is_some() {
+                continue;
+            }
+        }
+        match b {
+            Some(b'"') => {
+                quoted = true;
+                continue;
+            }
+            Some(b';' | b',') | None => {}
+            Some(_) => continue,
+        }
+        let pair = &line[start..i];
+        start = i + 1;
+        if let Some(at) = pair.iter().position(|c| *c == b'=') {
+            if pair[..at].trim_ascii().eq_ignore_ascii_case(b"for") {
+                twice |= found.is_some();
+                found = Some(parse_node(&unquote(&pair[at + 1..])));
+            }
+        }
+        if b != Some(b';') {
+            out.push(if twice { None } else { found.flatten() });
+            (found, twice) = (None, false);
+        }
+    }
+    out
+}
+
+/// A parameter's value without its quotes and `\` escapes (`"[2001:db8::1]:80"`); a token as
+/// it is.
+fn unquote(value: &[u8]) -> Vec<u8> {
+    let value = value.trim_ascii();
+    let Some(inner) = value
+        .strip_prefix(b"\"")
+        .and_then(|v| v.strip_suffix(b"\""))
+    else {
+        return value.to_vec();
+    };
+    let mut out = Vec::with_capacity(inner.len());
+    let mut escaped = false;
+    for &c in inner {
+        if !escaped && c == b'\\' {
+            escaped = true;
+        } else {
+            out.push(c);
+            escaped = false;
+        }
+    }
+    out
 }
 
 /// An address as proxies write it: `192.0.2.1`, `192.0.2.1:4711`, `"[2001:db8::1]:4711"`,

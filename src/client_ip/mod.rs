@@ -351,6 +351,47 @@ mod tests {
         );
     }
 
+    /// RFC 7239 quoted strings: a `,` or `;` inside one splits nothing. Proxies write values
+    /// the client chose (`host=` from its Host header) as quoted strings; an outside review
+    /// put `for=6.6.6.N` inside one and picked its own bucket, or the proxy's.
+    #[test]
+    fn forwarded_quoted_strings_split_nothing() {
+        let rule = ClientIpRule {
+            header: ChainHeader::Forwarded,
+            ..behind(&["10.0.0.0/8"])
+        };
+        let peer = ip("10.0.0.1");
+        for value in [
+            "proto=https;host=\"x;for=6.6.6.1\";for=198.51.100.4",
+            "for=198.51.100.4;host=\"x, for=6.6.6.1\"",
+            "for=198.51.100.4;host=\"x\\\", for=6.6.6.1\"",
+            "for=6.6.6.6, for=198.51.100.4;host=\"a,b\"",
+        ] {
+            let p = parts(&[("forwarded", value)]);
+            assert_eq!(rule.client(&p, peer), ip("198.51.100.4"), "{value}");
+        }
+        let hops = ClientIpRule {
+            proxies: Proxies::Hops(1),
+            ..rule.clone()
+        };
+        let p = parts(&[(
+            "forwarded",
+            "proto=https;host=\"x;for=6.6.6.1\";for=198.51.100.4",
+        )]);
+        assert_eq!(hops.client(&p, peer), ip("198.51.100.4"));
+        // Two `for` in one element, or an unbalanced quote: not an address the proxy wrote.
+        let p = parts(&[(
+            "forwarded",
+            "for=198.51.100.4, for=198.51.100.5;for=6.6.6.6",
+        )]);
+        assert_eq!(rule.chain(&p), [Some(ip("198.51.100.4")), None]);
+        let p = parts(&[("forwarded", "for=198.51.100.4;host=\"x, for=6.6.6.6")]);
+        assert_eq!(rule.chain(&p), [Some(ip("198.51.100.4"))]);
+        // Only the `for` key: `xfor=` and `for-x=` are other parameters.
+        let p = parts(&[("forwarded", "xfor=6.6.6.6;for=198.51.100.4")]);
+        assert_eq!(rule.chain(&p), [Some(ip("198.51.100.4"))]);
+    }
+
     #[test]
     fn hop_count() {
         let rule = ClientIpRule {
