@@ -167,6 +167,28 @@ mod redis {
         assert!(admitted(&check(&a, at(1) + MINUTE, 1, 10, false).await));
     }
 
+    /// docs/OPERATIONS.md: a remembered full shard is forgotten when Redis admits into it
+    /// under another window (a live reconfiguration that trimmed it for good). A second outside
+    /// review's instance kept denying for a minute what a fresh instance admitted.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_shard_remembered_full_is_forgotten_when_a_shorter_window_admits_into_it() {
+        let cluster = RedisCluster::shared();
+        let s = store(cluster.url(), "shards-window", 3).await;
+        let tiers = [TierCheck::new(Tier::Global, "", 6)];
+        let at =
+            |ms: u64, window| StoreRequest::new(T0 + Duration::from_millis(ms), window, 1, &tiers);
+        for i in 0..6 {
+            assert!(admitted(&s.check(&at(i, MINUTE)).await.unwrap()));
+        }
+        assert!(!admitted(&s.check(&at(10, MINUTE)).await.unwrap()));
+        // 2 s later under a 1 s window: every entry is trimmed for good.
+        let second = Duration::from_secs(1);
+        assert!(admitted(&s.check(&at(2_000, second)).await.unwrap()));
+        // Back to the minute: one entry counts, so there is room.
+        let d = s.check(&at(2_001, MINUTE)).await.unwrap();
+        assert!(admitted(&d), "{d:?}");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_denial_by_every_shard_rolls_the_user_tier_back() {
         let cluster = RedisCluster::shared();

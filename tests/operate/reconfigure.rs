@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tiered_ratelimit::{HeaderStyle, ManualClock, RateLimitConfigBuilder, RateLimitLayer, Tier};
+use tiered_ratelimit::{
+    CheckRequest, HeaderStyle, ManualClock, RateLimitConfigBuilder, RateLimitLayer, Tier, UserKey,
+};
 
 use crate::common::{limits, TestBackend};
 use crate::{config, config_prefixed, limiter};
@@ -167,6 +169,27 @@ pub async fn what_a_new_route_limit_or_a_window_there_and_back_gives_back(b: Tes
         "the old two are gone"
     );
     assert!(!limiter.check("bob", "/a").await.allowed());
+
+    // The same for a key denied as a request's first tier and trimmed as a later one: an
+    // anonymous request's first tier is the endpoint.
+    limiter
+        .reconfigure(config(&b, limits(5, 2, 0, MINUTE)))
+        .unwrap();
+    let anonymous = || CheckRequest::new(UserKey::Anonymous, Some("/e"));
+    assert!(limiter.check_request(anonymous()).await.allowed());
+    assert!(limiter.check_request(anonymous()).await.allowed());
+    assert!(!limiter.check_request(anonymous()).await.allowed());
+    clock.advance(2 * SEC);
+    limiter
+        .reconfigure(config(&b, limits(5, 2, 0, SEC)))
+        .unwrap();
+    assert!(limiter.check("carol", "/e").await.allowed());
+    limiter
+        .reconfigure(config(&b, limits(5, 2, 0, MINUTE)))
+        .unwrap();
+    let d = limiter.check_request(anonymous()).await;
+    assert!(d.allowed(), "only carol's entry counts: {d:?}");
+    assert!(!limiter.check_request(anonymous()).await.allowed());
 }
 
 /// A setting the store was built from cannot change: refused, naming it, the running config

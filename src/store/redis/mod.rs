@@ -209,7 +209,16 @@ impl RedisStore {
             StoreOutcome::Denied { tier, retry_after } if tier == first.tier => {
                 denials.remember_since(epoch, first_key, terms, now_us, retry_after, still);
             }
-            StoreOutcome::Admitted { .. } => denials.forget_admitted(&first_key),
+            // Admitted under other terms (a new window may have trimmed for good): nothing
+            // remembered of the request's keys still holds.
+            StoreOutcome::Admitted { .. } => {
+                denials.forget_admitted(&first_key);
+                if !denials.is_empty() {
+                    for t in &req.tiers[1..] {
+                        denials.forget_admitted(&self.key(t.tier, t.id));
+                    }
+                }
+            }
             _ => {}
         }
         Ok(outcome)

@@ -126,6 +126,8 @@ impl RedisStore {
             let (reply, found) = self.one_tier(key, req, now, &check, base).await?;
             let f = reply.found[0]; // the facts in the shard's own clock
             if f.count.saturating_add(req.cost) <= cap {
+                // Room, maybe under another window than a remembered denial of it.
+                denials.forget_admitted(key);
                 let members = reply.member.map(|m| (key.clone(), m)).into_iter().collect();
                 return Ok(Walk::Facts {
                     cap,
@@ -191,6 +193,7 @@ impl RedisStore {
                 self.roll_back(&members).await?;
                 return Ok(None);
             }
+            self.inner.denials.forget_admitted(key);
             members.extend(reply.member.map(|m| (key.clone(), m)));
             cap += check.limit;
             count += found.count;
