@@ -169,7 +169,7 @@ async fn a_layer_outside_the_router_with_route_limits_warns_once() {
         )
         .build()
         .unwrap();
-    let layer = RateLimitLayer::new(config).user_id_header("x-user-id");
+    let layer = RateLimitLayer::new(config.clone()).user_id_header("x-user-id");
     let inside = axum::Router::new()
         .route("/login", axum::routing::post(|| async { "ok" }))
         .route_layer(layer.clone());
@@ -185,16 +185,44 @@ async fn a_layer_outside_the_router_with_route_limits_warns_once() {
     assert_eq!(admitted, 2, "under route_layer the route's limit holds");
     assert!(!text(&logs).contains("MatchedPath"), "{}", text(&logs));
 
+    // Under `Router::layer` a 404 has no MatchedPath either, but matched requests do: no
+    // warning, however many 404s.
+    let router_layer = axum::Router::new()
+        .route("/login", axum::routing::post(|| async { "ok" }))
+        .layer(RateLimitLayer::new(config.clone()).user_id_header("x-user-id"));
+    let post = |path: &str| {
+        Request::post(path)
+            .header("x-user-id", "eve")
+            .body(axum::body::Body::empty())
+            .unwrap()
+    };
+    assert_eq!(
+        router_layer
+            .clone()
+            .oneshot(post("/login"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    for i in 0..40 {
+        let response = router_layer
+            .clone()
+            .oneshot(post(&format!("/nope{i}")))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    }
+    assert!(!text(&logs).contains("MatchedPath"), "{}", text(&logs));
+
+    // Wrapped around the Router from outside: no request carries it. One warning, from this
+    // layer, though another layer of the process was placed right.
     let outside = tower::Layer::layer(
-        &layer,
+        &RateLimitLayer::new(config).user_id_header("x-user-id"),
         axum::Router::new().route("/login", axum::routing::post(|| async { "ok" })),
     );
-    for _ in 0..3 {
-        let request = Request::post("/login")
-            .header("x-user-id", "mallory")
-            .body(axum::body::Body::empty())
-            .unwrap();
-        let response = outside.clone().oneshot(request).await.unwrap();
+    for _ in 0..40 {
+        let response = outside.clone().oneshot(post("/login")).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK);
     }
     let text = text(&logs);

@@ -99,35 +99,40 @@ impl RateLimitLayer {
         #[cfg(feature = "axum")]
         {
             if let Some(path) = head.extensions().get::<axum::extract::MatchedPath>() {
+                self.settings.paths.matched();
                 return Endpoint::Matched(path.as_str());
             }
-            self.warn_unmatched_once();
+            self.unmatched();
         }
         Endpoint::Unmatched
     }
 
-    /// Logs, once per process, that a request reached the layer without axum's `MatchedPath`
-    /// while the configuration has per-endpoint limits (an endpoint limit or route limits),
-    /// which such a request cannot get: the layer is outside the router, or on its fallback.
+    /// Counts a request without axum's `MatchedPath`; the [`UNMATCHED_BEFORE_WARNING`]th in a
+    /// row with none matched before it logs, once per layer, that the layer is outside the
+    /// router, if the configuration has per-endpoint limits (an endpoint limit or route
+    /// limits), which such requests cannot get. A 404 under `Router::layer`, where matched
+    /// requests carry it, is no such sign.
     #[cfg(feature = "axum")]
     #[cold]
-    fn warn_unmatched_once(&self) {
-        static WARNED: AtomicBool = AtomicBool::new(false);
-        if WARNED.load(Ordering::Relaxed) {
+    fn unmatched(&self) {
+        let paths = &self.settings.paths;
+        if paths.seen_matched.load(Ordering::Relaxed)
+            || paths.unmatched.load(Ordering::Relaxed) >= UNMATCHED_BEFORE_WARNING
+            || paths.unmatched.fetch_add(1, Ordering::Relaxed) + 1 != UNMATCHED_BEFORE_WARNING
+        {
             return;
         }
         let config = self.limiter().config();
         if config.endpoint_limit() == 0 && config.routes().next().is_none() {
             return;
         }
-        if !WARNED.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                "a request reached the rate-limit layer without axum's MatchedPath: it matched no \
-                 route, or the layer wraps the Router from outside. Such requests share one \
-                 endpoint key and get no route's own limits; put the layer on the routes with \
-                 `Router::route_layer`, or name endpoints with `RateLimitLayer::endpoint`"
-            );
-        }
+        tracing::warn!(
+            "{UNMATCHED_BEFORE_WARNING} requests reached the rate-limit layer and none carried \
+             axum's MatchedPath: the layer wraps the Router from outside, so every request \
+             shares one endpoint key and no route's own limits apply; put the layer on the \
+             routes with `Router::route_layer` (or `Router::layer`), or name endpoints with \
+             `RateLimitLayer::endpoint`"
+        );
     }
 
     /// The request's cost: the cost closure's answer, else 1.
@@ -214,6 +219,38 @@ pub(crate) fn user_key(user_id: Option<&str>, ip: Option<IpAddr>) -> UserKey<'_>
         (Some(id), _) => UserKey::Id(id),
         (None, Some(ip)) => UserKey::Ip(ip),
         (None, None) => UserKey::Anonymous,
+    }
+}
+
+/// Requests without axum's `MatchedPath`, and none with it, before a layer warns that it is
+/// outside the router.
+#[cfg(feature = "axum")]
+pub(crate) const UNMATCHED_BEFORE_WARNING: u32 = 16;
+
+/// What a layer has seen of axum's `MatchedPath`, for its warning that it is outside the
+/// router. A clone (a builder step, before the layer serves) starts afresh.
+#[cfg(feature = "axum")]
+#[derive(Debug, Default)]
+pub(crate) struct PathsSeen {
+    seen_matched: AtomicBool,
+    unmatched: std::sync::atomic::AtomicU32,
+}
+
+#[cfg(feature = "axum")]
+impl PathsSeen {
+    /// A request carried `MatchedPath`: the layer is under the router.
+    #[inline]
+    fn matched(&self) {
+        if !self.seen_matched.load(Ordering::Relaxed) {
+            self.seen_matched.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(feature = "axum")]
+impl Clone for PathsSeen {
+    fn clone(&self) -> Self {
+        Self::default()
     }
 }
 

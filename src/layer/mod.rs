@@ -114,6 +114,9 @@ struct Settings {
     client_ip: ClientIpRule,
     rejection: Option<RejectFn>,
     cost: Option<CostFn>,
+    /// What requests have shown of axum's `MatchedPath` (see `extract::PathsSeen`).
+    #[cfg(feature = "axum")]
+    paths: extract::PathsSeen,
 }
 
 impl fmt::Debug for RateLimitLayer {
@@ -146,6 +149,8 @@ impl RateLimitLayer {
                 client_ip: ClientIpRule::default(),
                 rejection: None,
                 cost: None,
+                #[cfg(feature = "axum")]
+                paths: extract::PathsSeen::default(),
             }),
         }
     }
