@@ -34,30 +34,44 @@ impl Default for ChainHeader {
 }
 
 impl ClientIpRule {
-    /// The addresses of the configured header, left to right, across every header line;
-    /// `None` for an entry that is not an address.
+    /// The addresses of the configured header from the right (the last entry of the last
+    /// line first), lazily: a walk that stops at the first untrusted address, or a hop count,
+    /// reads no further, however long a chain the client wrote. `None` for an entry that is
+    /// not an address.
     ///
     /// Lines are split on the raw bytes, so an entry that is not UTF-8 (which only the client
     /// can have written) is one `None` of its own and never hides the entries the proxies
     /// appended after it on the same line.
-    pub(super) fn chain(&self, headers: &HeaderMap) -> Vec<Option<IpAddr>> {
-        match &self.header {
-            ChainHeader::Forwarded => headers
-                .get_all(http::header::FORWARDED)
-                .iter()
-                .flat_map(|v| forwarded_elements(v.as_bytes()))
-                .collect(),
-            ChainHeader::List(name) => entries(headers, name).map(parse_node).collect(),
-        }
+    pub(super) fn chain_from_the_right<'h>(
+        &self,
+        headers: &'h HeaderMap,
+    ) -> impl Iterator<Item = Option<IpAddr>> + 'h {
+        let (forwarded, list) = match &self.header {
+            ChainHeader::Forwarded => {
+                let lines = headers.get_all(http::header::FORWARDED).iter().rev();
+                let elements =
+                    lines.flat_map(|v| forwarded_elements(v.as_bytes()).into_iter().rev());
+                (Some(elements), None)
+            }
+            ChainHeader::List(name) => {
+                let lines = headers.get_all(name).iter().rev();
+                let entries = lines.flat_map(|v| v.as_bytes().rsplit(|b| *b == b','));
+                (None, Some(entries.map(parse_node)))
+            }
+        };
+        forwarded
+            .into_iter()
+            .flatten()
+            .chain(list.into_iter().flatten())
     }
-}
 
-/// The comma-separated entries of every line of `name`, as raw bytes.
-fn entries<'h>(headers: &'h HeaderMap, name: &http::HeaderName) -> impl Iterator<Item = &'h [u8]> {
-    headers
-        .get_all(name)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+    /// The same, left to right, all of it.
+    #[cfg(test)]
+    pub(super) fn chain(&self, headers: &HeaderMap) -> Vec<Option<IpAddr>> {
+        let mut chain: Vec<_> = self.chain_from_the_right(headers).collect();
+        chain.reverse();
+        chain
+    }
 }
 
 /// The `for=` address of each element of one `Forwarded` line (RFC 7239): elements split on

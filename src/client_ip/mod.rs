@@ -129,7 +129,7 @@ impl ClientIpRule {
                 let trusted = |ip: IpAddr| nets.iter().any(|n| contains(n, ip));
                 if trusted(peer) {
                     let mut chosen = peer;
-                    for hop in self.chain(headers).into_iter().rev() {
+                    for hop in self.chain_from_the_right(headers) {
                         match hop {
                             Some(ip) if trusted(ip) => chosen = ip,
                             Some(ip) => {
@@ -147,11 +147,15 @@ impl ClientIpRule {
                 }
             }
             Proxies::Hops(n) => {
-                let chain = self.chain(headers);
-                // chain + [peer]: the client is `n` entries left of the peer.
-                match chain.len().checked_sub(*n) {
-                    Some(i) if *n > 0 => chain[i].unwrap_or(peer),
-                    _ => peer,
+                // chain + [peer]: the client is `n` entries left of the peer, the `n`th from
+                // the right of the chain; a shorter chain is not what the proxies write.
+                match n.checked_sub(1) {
+                    Some(i) => self
+                        .chain_from_the_right(headers)
+                        .nth(i)
+                        .flatten()
+                        .unwrap_or(peer),
+                    None => peer,
                 }
             }
         };
