@@ -601,6 +601,12 @@ fn a_bad_config_file_names_the_key_on_the_line_at_fault() {
             "user_limit:",
             "window:",
         ),
+        (
+            "[routes.\"/a=b\"]\nuser_limit = 1\n[routes.\"/a=b\"]\nuser_limit = 2\n",
+            "routes.\"/a=b\":",
+            "[routes",
+        ),
+        ("\"user=limit\" = 5\n", "\"user=limit\":", "\"user:"),
     ];
     for (i, (text, named, not_named)) in cases.into_iter().enumerate() {
         let file = dir.join(format!("bad{i}.toml"));

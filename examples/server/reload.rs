@@ -14,13 +14,34 @@ pub(crate) fn load(path: &std::path::Path) -> Result<RateLimitConfig, String> {
                 let start = text.get(..span.start)?.rfind('\n').map_or(0, |i| i + 1);
                 text.get(start..)?.lines().next()
             })
-            .and_then(|line| Some(line.split_once('=')?.0.trim()))
+            .and_then(key_of_line)
             .filter(|key| !key.is_empty() && !e.message().starts_with(key));
         match key {
             Some(key) => format!("{}: {key}: {}", path.display(), e.message()),
             None => format!("{}: {}", path.display(), e.message()),
         }
     })
+}
+
+/// The key a TOML line sets: the text before its first `=` outside quotes (`"a=b" = 1` sets
+/// `"a=b"`), or a table header's name (`[routes."/a=b"]`).
+fn key_of_line(line: &str) -> Option<&str> {
+    let line = line.trim();
+    if let Some(header) = line.strip_prefix('[') {
+        let header = header.trim_start_matches('[');
+        let end = header.rfind(']').unwrap_or(header.len());
+        return Some(header[..end].trim_end_matches(']').trim());
+    }
+    let mut quote = None;
+    for (i, c) in line.char_indices() {
+        match (quote, c) {
+            (None, '"' | '\'') => quote = Some(c),
+            (Some(q), c) if c == q => quote = None,
+            (None, '=') => return Some(line[..i].trim()),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// The top-level settings that differ, as `name: old -> new`.
