@@ -623,3 +623,39 @@ fn a_bad_config_file_names_the_key_on_the_line_at_fault() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// An operator who starts the demo with every tier off (all limits 0, which an empty config
+/// file also gives) is told so at start: a second outside review started one with only a
+/// window in its file and every request went through with nothing said.
+#[test]
+fn a_demo_with_every_tier_off_says_so_at_start() {
+    let start = |args: &[&str]| {
+        let mut child = server_command()
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        common::demo::listening_addr(&mut child);
+        child.kill().unwrap();
+        let out = child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let off = [
+        "--user-limit",
+        "0",
+        "--endpoint-limit",
+        "0",
+        "--global-limit",
+        "0",
+    ];
+    let err = start(&off);
+    assert!(
+        err.contains("WARN") && err.contains("every tier is off"),
+        "{err}"
+    );
+    let err = start(&["--user-limit", "5"]);
+    assert!(!err.contains("every tier is off"), "{err}");
+}

@@ -44,7 +44,7 @@ mod routes;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use tiered_ratelimit::{admin, RateLimiter};
+use tiered_ratelimit::{admin, RateLimitConfig, RateLimiter};
 use tokio::io::AsyncWriteExt;
 
 async fn shutdown_signal() {
@@ -113,6 +113,13 @@ async fn main() -> ExitCode {
         backend = ?limiter.backend(),
         "rate limits"
     );
+    if every_tier_off(&config) {
+        tracing::warn!(
+            "every tier is off (user, endpoint and global limits are 0, and no route or plan \
+             sets one): every request is let through; set user_limit, endpoint_limit or \
+             global_limit"
+        );
+    }
     let mut stdout = tokio::io::stdout();
     let _ = stdout
         .write_all(format!("listening on {addr}\n").as_bytes())
@@ -135,4 +142,19 @@ async fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+/// Whether no tier can ever apply: every limit 0, and no route or plan with limits of its own.
+fn every_tier_off(config: &RateLimitConfig) -> bool {
+    let json = serde_json::json!(config);
+    let none_in = |key: &str| {
+        json.get(key)
+            .and_then(|v| v.as_object())
+            .is_none_or(|o| o.is_empty())
+    };
+    config.user_limit() == 0
+        && config.endpoint_limit() == 0
+        && config.global_limit() == 0
+        && none_in("routes")
+        && none_in("plans")
 }
