@@ -203,11 +203,6 @@ impl DenialCache {
         self.epoch.load(Ordering::Acquire)
     }
 
-    /// Whether nothing is remembered.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
     /// Drops what is remembered of `key` after Redis admitted a request to it: that request
     /// was checked under other terms (a live reconfiguration's window, limit or cost), and a
     /// check under a shorter window trims entries for good, so the key may have room long

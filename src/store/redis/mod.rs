@@ -213,10 +213,8 @@ impl RedisStore {
             // remembered of the request's keys still holds.
             StoreOutcome::Admitted { .. } => {
                 denials.forget_admitted(&first_key);
-                if !denials.is_empty() {
-                    for t in &req.tiers[1..] {
-                        denials.forget_admitted(&self.key(t.tier, t.id));
-                    }
+                for t in &req.tiers[1..] {
+                    denials.forget_admitted(&self.key(t.tier, t.id));
                 }
             }
             _ => {}
