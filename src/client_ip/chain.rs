@@ -1,6 +1,7 @@
 //! The chain of addresses the trusted proxies wrote: read from the one header the operator
 //! names (RFC 7239 `Forwarded`, or a comma-separated list such as `X-Forwarded-For`).
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 
 use http::HeaderMap;
@@ -86,17 +87,14 @@ fn forwarded_elements(line: &[u8]) -> Vec<Option<IpAddr>> {
     let (mut start, mut quoted, mut escaped) = (0, false, false);
     for i in 0..=line.len() {
         let b = line.get(i).copied();
-        if quoted {
+        if quoted && b.is_some() {
             match b {
-                Some(_) if escaped => escaped = false,
+                _ if escaped => escaped = false,
                 Some(b'\\') => escaped = true,
                 Some(b'"') => quoted = false,
-                Some(_) => {}
-                None => {}
+                _ => {}
             }
-            if b.is_some() {
-                continue;
-            }
+            continue;
         }
         match b {
             Some(b'"') => {
@@ -122,16 +120,19 @@ fn forwarded_elements(line: &[u8]) -> Vec<Option<IpAddr>> {
     out
 }
 
-/// A parameter's value without its quotes and `\` escapes (`"[2001:db8::1]:80"`); a token as
-/// it is.
-fn unquote(value: &[u8]) -> Vec<u8> {
+/// A parameter's value without its quotes and `\` escapes (`"[2001:db8::1]:80"`); a token, or
+/// a quoted string without escapes, borrowed as it is.
+fn unquote(value: &[u8]) -> Cow<'_, [u8]> {
     let value = value.trim_ascii();
     let Some(inner) = value
         .strip_prefix(b"\"")
         .and_then(|v| v.strip_suffix(b"\""))
     else {
-        return value.to_vec();
+        return Cow::Borrowed(value);
     };
+    if !inner.contains(&b'\\') {
+        return Cow::Borrowed(inner);
+    }
     let mut out = Vec::with_capacity(inner.len());
     let mut escaped = false;
     for &c in inner {
@@ -142,7 +143,7 @@ fn unquote(value: &[u8]) -> Vec<u8> {
             escaped = false;
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 /// An address as proxies write it: `192.0.2.1`, `192.0.2.1:4711`, `"[2001:db8::1]:4711"`,
@@ -160,4 +161,79 @@ fn parse_node(node: &[u8]) -> Option<IpAddr> {
     let (ip, port) = node.rsplit_once(':')?;
     port.parse::<u16>().ok()?;
     ip.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4)
+}
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderMap;
+
+    use super::super::tests::{behind, ip, parts};
+    use super::super::{ClientIpRule, Proxies};
+    use super::ChainHeader;
+
+    #[test]
+    fn an_entry_that_is_not_utf8_is_one_entry_not_the_whole_line() {
+        let raw = |v: &[u8]| {
+            let mut h = HeaderMap::new();
+            h.append("x-forwarded-for", http::HeaderValue::from_bytes(v).unwrap());
+            h
+        };
+        let rule = behind(&["10.0.0.0/8"]);
+        let p = raw(b"\xff\xfe, 198.51.100.4, 10.0.0.2");
+        assert_eq!(rule.client(&p, ip("10.0.0.1")), ip("198.51.100.4"));
+        // Inside the trusted part it is garbage like any other: the walk stops before it.
+        let p = raw(b"198.51.100.4, \xff, 10.0.0.2");
+        assert_eq!(rule.client(&p, ip("10.0.0.1")), ip("10.0.0.2"));
+        let hops = ClientIpRule {
+            proxies: Proxies::Hops(2),
+            ..ClientIpRule::default()
+        };
+        let p = raw(b"\xff, 198.51.100.4, 10.0.0.2");
+        assert_eq!(hops.client(&p, ip("10.0.0.1")), ip("198.51.100.4"));
+        assert_eq!(
+            rule.chain(&raw(b"1.1.1.1,\x80x,2.2.2.2")),
+            [Some(ip("1.1.1.1")), None, Some(ip("2.2.2.2"))]
+        );
+    }
+
+    /// RFC 7239 quoted strings: a `,` or `;` inside one splits nothing. Proxies write values
+    /// the client chose (`host=` from its Host header) as quoted strings; an outside review
+    /// put `for=6.6.6.N` inside one and picked its own bucket, or the proxy's.
+    #[test]
+    fn forwarded_quoted_strings_split_nothing() {
+        let rule = ClientIpRule {
+            header: ChainHeader::Forwarded,
+            ..behind(&["10.0.0.0/8"])
+        };
+        let peer = ip("10.0.0.1");
+        for value in [
+            "proto=https;host=\"x;for=6.6.6.1\";for=198.51.100.4",
+            "for=198.51.100.4;host=\"x, for=6.6.6.1\"",
+            "for=198.51.100.4;host=\"x\\\", for=6.6.6.1\"",
+            "for=6.6.6.6, for=198.51.100.4;host=\"a,b\"",
+        ] {
+            let p = parts(&[("forwarded", value)]);
+            assert_eq!(rule.client(&p, peer), ip("198.51.100.4"), "{value}");
+        }
+        let hops = ClientIpRule {
+            proxies: Proxies::Hops(1),
+            ..rule.clone()
+        };
+        let p = parts(&[(
+            "forwarded",
+            "proto=https;host=\"x;for=6.6.6.1\";for=198.51.100.4",
+        )]);
+        assert_eq!(hops.client(&p, peer), ip("198.51.100.4"));
+        // Two `for` in one element, or an unbalanced quote: not an address the proxy wrote.
+        let p = parts(&[(
+            "forwarded",
+            "for=198.51.100.4, for=198.51.100.5;for=6.6.6.6",
+        )]);
+        assert_eq!(rule.chain(&p), [Some(ip("198.51.100.4")), None]);
+        let p = parts(&[("forwarded", "for=198.51.100.4;host=\"x, for=6.6.6.6")]);
+        assert_eq!(rule.chain(&p), [Some(ip("198.51.100.4"))]);
+        // Only the `for` key: `xfor=` and `for-x=` are other parameters.
+        let p = parts(&[("forwarded", "xfor=6.6.6.6;for=198.51.100.4")]);
+        assert_eq!(rule.chain(&p), [Some(ip("198.51.100.4"))]);
+    }
 }

@@ -170,7 +170,7 @@ impl ClientIpRule {
 mod tests {
     use super::*;
 
-    fn parts(headers: &[(&str, &str)]) -> HeaderMap {
+    pub(super) fn parts(headers: &[(&str, &str)]) -> HeaderMap {
         let mut b = http::Request::builder();
         for (k, v) in headers {
             b = b.header(*k, *v);
@@ -178,11 +178,11 @@ mod tests {
         b.body(()).unwrap().into_parts().0.headers
     }
 
-    fn ip(s: &str) -> IpAddr {
+    pub(super) fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
     }
 
-    fn behind(nets: &[&str]) -> ClientIpRule {
+    pub(super) fn behind(nets: &[&str]) -> ClientIpRule {
         ClientIpRule {
             proxies: Proxies::Networks(nets.iter().map(|n| n.parse().unwrap()).collect()),
             ..ClientIpRule::default()
@@ -328,72 +328,6 @@ mod tests {
         let rule = behind(&["10.0.0.0/8"]);
         let p = parts(&[("x-forwarded-for", "1.1.1.1, not-an-ip, 10.0.0.2")]);
         assert_eq!(rule.client(&p, ip("10.0.0.1")), ip("10.0.0.2"));
-    }
-
-    #[test]
-    fn an_entry_that_is_not_utf8_is_one_entry_not_the_whole_line() {
-        let raw = |v: &[u8]| {
-            let mut h = HeaderMap::new();
-            h.append("x-forwarded-for", http::HeaderValue::from_bytes(v).unwrap());
-            h
-        };
-        let rule = behind(&["10.0.0.0/8"]);
-        let p = raw(b"\xff\xfe, 198.51.100.4, 10.0.0.2");
-        assert_eq!(rule.client(&p, ip("10.0.0.1")), ip("198.51.100.4"));
-        // Inside the trusted part it is garbage like any other: the walk stops before it.
-        let p = raw(b"198.51.100.4, \xff, 10.0.0.2");
-        assert_eq!(rule.client(&p, ip("10.0.0.1")), ip("10.0.0.2"));
-        let hops = ClientIpRule {
-            proxies: Proxies::Hops(2),
-            ..ClientIpRule::default()
-        };
-        let p = raw(b"\xff, 198.51.100.4, 10.0.0.2");
-        assert_eq!(hops.client(&p, ip("10.0.0.1")), ip("198.51.100.4"));
-        assert_eq!(
-            rule.chain(&raw(b"1.1.1.1,\x80x,2.2.2.2")),
-            [Some(ip("1.1.1.1")), None, Some(ip("2.2.2.2"))]
-        );
-    }
-
-    /// RFC 7239 quoted strings: a `,` or `;` inside one splits nothing. Proxies write values
-    /// the client chose (`host=` from its Host header) as quoted strings; an outside review
-    /// put `for=6.6.6.N` inside one and picked its own bucket, or the proxy's.
-    #[test]
-    fn forwarded_quoted_strings_split_nothing() {
-        let rule = ClientIpRule {
-            header: ChainHeader::Forwarded,
-            ..behind(&["10.0.0.0/8"])
-        };
-        let peer = ip("10.0.0.1");
-        for value in [
-            "proto=https;host=\"x;for=6.6.6.1\";for=198.51.100.4",
-            "for=198.51.100.4;host=\"x, for=6.6.6.1\"",
-            "for=198.51.100.4;host=\"x\\\", for=6.6.6.1\"",
-            "for=6.6.6.6, for=198.51.100.4;host=\"a,b\"",
-        ] {
-            let p = parts(&[("forwarded", value)]);
-            assert_eq!(rule.client(&p, peer), ip("198.51.100.4"), "{value}");
-        }
-        let hops = ClientIpRule {
-            proxies: Proxies::Hops(1),
-            ..rule.clone()
-        };
-        let p = parts(&[(
-            "forwarded",
-            "proto=https;host=\"x;for=6.6.6.1\";for=198.51.100.4",
-        )]);
-        assert_eq!(hops.client(&p, peer), ip("198.51.100.4"));
-        // Two `for` in one element, or an unbalanced quote: not an address the proxy wrote.
-        let p = parts(&[(
-            "forwarded",
-            "for=198.51.100.4, for=198.51.100.5;for=6.6.6.6",
-        )]);
-        assert_eq!(rule.chain(&p), [Some(ip("198.51.100.4")), None]);
-        let p = parts(&[("forwarded", "for=198.51.100.4;host=\"x, for=6.6.6.6")]);
-        assert_eq!(rule.chain(&p), [Some(ip("198.51.100.4"))]);
-        // Only the `for` key: `xfor=` and `for-x=` are other parameters.
-        let p = parts(&[("forwarded", "xfor=6.6.6.6;for=198.51.100.4")]);
-        assert_eq!(rule.chain(&p), [Some(ip("198.51.100.4"))]);
     }
 
     #[test]
