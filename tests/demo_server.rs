@@ -193,12 +193,7 @@ fn tls_flags_are_checked_with_the_other_settings() {
 /// served on memory: each instance with limits of its own, what the flag exists to prevent.
 #[test]
 fn redis_required_with_a_config_file_that_names_no_redis_is_refused() {
-    let dir = std::env::temp_dir().join(format!(
-        "tiered-ratelimit-required-{}-{}",
-        std::process::id(),
-        common::free_port()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::temp_dir("required");
     let file = dir.join("plain.toml");
     std::fs::write(&file, "window = \"60s\"\nuser_limit = 5\n").unwrap();
     let out = server_command()
@@ -579,12 +574,7 @@ async fn the_client_ip_header_is_the_one_named_and_trust_in_everyone_is_refused(
 /// duplicate key as the line before it.
 #[test]
 fn a_bad_config_file_names_the_key_on_the_line_at_fault() {
-    let dir = std::env::temp_dir().join(format!(
-        "tiered-ratelimit-badfile-{}-{}",
-        std::process::id(),
-        common::free_port()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::temp_dir("badfile");
     let cases = [
         (
             "window = \"60s\"\nuser_limt = 5\n",

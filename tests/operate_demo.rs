@@ -25,12 +25,7 @@ struct Demo {
 
 impl Demo {
     fn start(config: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "tiered-ratelimit-demo-{}-{}",
-            std::process::id(),
-            common::free_port()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = common::temp_dir("demo");
         let file = dir.join("limits.toml");
         std::fs::write(&file, config).unwrap();
         let mut child = common::demo::server_command()

@@ -6,7 +6,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::{limits, RedisServer};
@@ -25,18 +24,11 @@ struct Pki {
     dir: PathBuf,
 }
 
-static SEQ: AtomicU64 = AtomicU64::new(0);
-
 impl Pki {
     /// A CA, a server certificate for 127.0.0.1 and localhost, a client certificate (all
     /// signed by the CA), and an unrelated second CA.
     fn new() -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "tiered-ratelimit-tls-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = common::temp_dir("tls");
         let pki = Self { dir };
         let ca = pki.ca("ca");
         pki.ca("other-ca");

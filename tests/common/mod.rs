@@ -67,6 +67,17 @@ enum Listen {
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// A new, empty directory of this process under the system's temp dir, named after `tag`.
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "tiered-ratelimit-{tag}-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
 impl RedisServer {
     /// Starts a fresh, empty server on a free port and waits until it answers PING.
     pub fn start() -> Self {
@@ -91,12 +102,7 @@ impl RedisServer {
     }
 
     fn start_listening(extra: &[&str], listen: Listen) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "tiered-ratelimit-redis-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dir = temp_dir("redis");
         let listen = match listen {
             Listen::Unix(_) => Listen::Unix(dir.join("redis.sock")),
             other => other,
