@@ -22,7 +22,7 @@ use fred::prelude::{
 use fred::types::{ClusterHash, CustomCommand, Value};
 
 use super::super::StoreError;
-use super::{connection, fred_error, Connections};
+use super::{connection, fred_error, script, Connections};
 use crate::config::RedisConfig;
 
 /// fred's `max_command_attempts` on a cluster: more than its redirection budget, so that an
@@ -65,37 +65,58 @@ impl Connections {
     /// multi-key command there fails with `TRYAGAIN` (or, after `ASKING`, when a key is
     /// missing on the importing master, as a block key usually is). So during a migration of
     /// its slot a block is not seen; the counts stay exact.
+    ///
+    /// `check` is the check's arguments without the block key (see `script::args`); the reply
+    /// is the check's own (the script answers a batch of one).
     pub(super) async fn eval_one(
         &self,
         key: &str,
         block: Option<String>,
-        args: Vec<String>,
+        check: &[String],
     ) -> Result<Vec<Value>, StoreError> {
-        let with_block = block.is_some();
-        let mut keys = Vec::with_capacity(2);
-        keys.push(key.to_owned());
-        keys.extend(block);
-        let mut result: Result<Vec<Value>, FredError> = self
-            .script
-            .evalsha_with_reload(&self.client, keys, args.clone())
-            .await;
-        if with_block && matches!(&result, Err(e) if e.details().starts_with("TRYAGAIN")) {
+        let alone = || vec![key.to_owned()];
+        let mut result: Result<Vec<Value>, FredError> = match &block {
+            Some(block) => {
+                let keys = vec![key.to_owned(), block.clone()];
+                let args = script::with_blocks(check, 1);
+                self.script
+                    .evalsha_with_reload(&self.client, keys, args)
+                    .await
+            }
+            None => {
+                self.script
+                    .evalsha_with_reload(&self.client, alone(), check.to_vec())
+                    .await
+            }
+        };
+        if block.is_some() && matches!(&result, Err(e) if e.details().starts_with("TRYAGAIN")) {
             result = self
                 .script
-                .evalsha_with_reload(&self.client, vec![key.to_owned()], args.clone())
+                .evalsha_with_reload(&self.client, alone(), check.to_vec())
                 .await;
         }
+        self.answer(key, result, check).await
+    }
+
+    /// The reply of the script on `key` alone (`check`: its arguments), following an ASK.
+    async fn answer(
+        &self,
+        key: &str,
+        result: Result<Vec<Value>, FredError>,
+        check: &[String],
+    ) -> Result<Vec<Value>, StoreError> {
         let failed = |e| fred_error("rate limit script failed", e);
-        match result {
+        let reply = match result {
             Err(e) if *e.kind() == ErrorKind::Routing => {
                 let sha = self.script.sha1();
-                let command = Redirected::Script { sha, args: &args };
+                let command = Redirected::Script { sha, args: check };
                 self.asking(key, command)
                     .await
-                    .unwrap_or_else(|| Err(failed(e)))
+                    .unwrap_or_else(|| Err(failed(e)))?
             }
-            other => other.map_err(failed),
-        }
+            other => other.map_err(failed)?,
+        };
+        script::only_check(reply)
     }
 
     /// `ZREM key member` on a cluster, following an ASK.

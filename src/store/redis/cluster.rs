@@ -113,9 +113,9 @@ impl RedisStore {
         check: &TierCheck<'_>,
         base: &mut Option<u64>,
     ) -> Result<(Reply, Found), StoreError> {
-        let args = script::args(req, now, std::slice::from_ref(check));
+        let args = script::args(req, now, std::slice::from_ref(check), 0);
         let block = blocks::block_key_of(check.tier, key);
-        let reply = Reply::parse(&self.inner.eval_one(key, block, args).await?)?;
+        let reply = Reply::parse(&self.inner.eval_one(key, block, &args).await?)?;
         let at = *base.get_or_insert(reply.now);
         if reply.blocked.is_some() {
             let none = Found {

@@ -17,10 +17,10 @@ use std::time::Duration;
 
 use fred::prelude::{Client, ClientLike, Error as FredError, EventInterface, KeysInterface};
 use fred::types::scripts::Script;
-use fred::types::Value;
 use tokio::sync::watch;
 
 use self::ask::AskClients;
+use self::batch::Batcher;
 use self::connection::Conn;
 use self::denial_cache::DenialCache;
 use self::script::Reply;
@@ -31,6 +31,7 @@ use crate::connect_error::ConnectError;
 use crate::tier::Tier;
 
 mod ask;
+mod batch;
 mod blocks;
 mod cluster;
 mod connection;
@@ -80,6 +81,8 @@ type ConnectionErrors =
 struct Connections {
     client: Client,
     script: Script,
+    /// Single node: the checks, sent to Redis in batches (see `batch`).
+    batcher: Batcher,
     prefix: String,
     command_timeout: Duration,
     connect_timeout: Duration,
@@ -135,10 +138,12 @@ impl RedisStore {
             }
         };
         let connection_errors = client.error_rx();
+        let script = Script::from_lua(script::SOURCE);
         let store = Self {
             inner: Arc::new(Connections {
+                batcher: Batcher::new(client.clone(), script.clone()),
                 client,
-                script: Script::from_lua(script::SOURCE),
+                script,
                 prefix: prefix.to_owned(),
                 command_timeout: config.command_timeout,
                 connect_timeout: config.connect_timeout,
@@ -240,13 +245,13 @@ impl RedisStore {
             .filter_map(|(t, key)| blocks::block_key_of(t.tier, key))
             .collect();
         keys.extend(blocks);
-        let args = script::args(req, &now, req.tiers);
-        let reply: Vec<Value> = inner
-            .script
-            .evalsha_with_reload(&inner.client, keys, args)
+        let args = script::args(req, &now, req.tiers, keys.len() - req.tiers.len());
+        let reply = inner
+            .batcher
+            .check(keys, args)
             .await
             .map_err(|e| fred_error("rate limit script failed", e))?;
-        let reply = Reply::parse(&reply)?;
+        let reply = Reply::parse(&script::check_reply(reply)?)?;
         if let Some(blocked) = script::blocked(&reply, req.tiers)? {
             return Ok((blocked, Duration::ZERO));
         }

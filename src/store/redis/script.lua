@@ -3,14 +3,19 @@
 -- write, and refuses it whole, with an OOM error, when it is over `maxmemory`; a script without
 -- it is checked only at its first write, here a trim, which Redis allows when full, and every
 -- ZADD after it would then pass the cap. Needs Redis 7.0 or later.)
--- tiered-ratelimit: decide one request for all its tiers, atomically, in one round trip.
+-- tiered-ratelimit: decide a batch of requests, each for all its tiers, atomically, in one
+-- round trip.
 --
--- KEYS[i]     the tiers' sorted sets, most specific first (user, endpoint, global), i = 1..n
--- KEYS[n+j]   optional: the block key of tier j (an operator's block: a string with an expiry)
--- ARGV[1]     now, in microseconds since the epoch; empty: read Redis TIME
--- ARGV[2]     the window, in microseconds
--- ARGV[3]     the cost (units this request spends)
--- ARGV[3+i]   the limit of KEYS[i]; negative for a tier in shadow mode (it never denies)
+-- A batch is one or more checks, decided one after the other, in order, exactly as if each
+-- had been a script of its own (src/store/redis/batch.rs sends the checks that wait at the
+-- same moment together). Check c takes its keys and arguments from where the check before it
+-- ended:
+--   ARGV  now (microseconds since the epoch; empty: Redis TIME, read once per batch), the
+--         window (µs), the cost (units this request spends), n (its tiers), b (its block keys),
+--         then the limit of each tier (negative for a tier in shadow mode: it never denies)
+--   KEYS  the tiers' sorted sets, most specific first (user, endpoint, global), then the
+--         block keys of the first b tiers (an operator's block: a string with an expiry)
+-- The reply holds one reply per check, in order (below).
 --
 -- Each admitted request is ONE member, scored by its time, whatever its cost. A key holds
 -- members of one of two forms:
@@ -28,20 +33,32 @@
 -- when a request of cost > 1 is recorded in it: its plain members are rewritten once, in
 -- rank order, as totals of one unit each; it keeps that form until it is empty again.
 --
--- n is the number of limits in ARGV. When a block key of the request exists, the script
--- records nothing and answers {2, now, '', j, ms}: j is the first blocked tier, ms the longest
--- time left (PTTL) of the request's blocks.
+-- When a block key of the request exists, the check records nothing and answers
+-- {2, now, '', j, ms}: j is the first blocked tier, ms the longest time left (PTTL) of the
+-- request's blocks.
 --
--- The script does only what must be atomic: trim, count, admit if every enforced tier has
--- room, record. It returns the facts, and src/algorithm.rs (the one copy of the decision)
--- derives the answer from them:
+-- A check does only what must be atomic: trim, count, admit if every enforced tier has room,
+-- record. It returns the facts, and src/algorithm.rs (the one copy of the decision) derives
+-- the answer from them:
 --   {admitted, now, member, count_1, oldest_1, expiry_1, ..., count_k, oldest_k, expiry_k}
 -- admitted is 1 (recorded in every tier with room) or 0 (recorded nowhere: tier k is the first
--- enforced tier without room, and the facts stop there); now is the time the script used;
+-- enforced tier without room, and the facts stop there); now is the time the check used;
 -- member is what was recorded in the first recording tier ('' if none; a cluster's rollback
 -- removes it); per tier: the units live in the window, the oldest entry's score (-1: none; a
 -- plain key's oldest member name, a string of decimal digits, when that is its score), and the
 -- score of the entry whose leaving makes room for this request (-1: none, or not needed).
+--
+-- Keys several checks of a batch share (the endpoint's, the global one) are read once: the
+-- first check that meets such a key in the plain form reads its oldest members (a prefix of
+-- the key) with its count, and the batch then keeps that picture in step with every command it
+-- sends to the key, so that the next checks trim, count and find the oldest entry in it,
+-- without a command; only their ZADD goes to Redis. The trims the picture made are sent once,
+-- as one ZREMRANGEBYSCORE at the highest cutoff, before any other command that reads the key
+-- and at the end of the batch, with one PEXPIRE per shared key (Redis runs a script at one
+-- frozen time, so one PEXPIRE at the end sets what one per admission would). Whatever the
+-- picture cannot answer exactly (a full tier, a cost above 1, an entry from the future, a
+-- prefix trimmed to its end, a member recorded out of order) is sent to Redis as the check of
+-- its own would be, after the pending trim. So every check answers what it would answer alone.
 --
 -- Exactness: Lua numbers are doubles, exact for integers below 2^53. Scores are microseconds
 -- (2^53 µs is the year 2255). Limits are at most 2^50 (the config's MAX_LIMIT), so the units
@@ -62,36 +79,14 @@
 --
 -- Cost: on the path most checks take (cost 1, plain keys, admitted) a tier is five commands
 -- (ZREMRANGEBYSCORE, ZRANGE 0 0, ZCARD, ZADD, PEXPIRE) with no score read or formatted as a
--- float; see docs/BENCHMARKS.md for what each piece costs.
+-- float, and a shared key after its first check in a batch one (ZADD); see
+-- docs/BENCHMARKS.md for what each piece costs.
 local call, format, byte, sub, find = redis.call, string.format, string.byte, string.sub, string.find
-local now, now_s
-if ARGV[1] == '' then
-  if redis.replicate_commands then redis.replicate_commands() end
-  local t = call('TIME')
-  now = t[1] * 1000000 + t[2]
-  now_s = format('%d', now)
-else
-  -- The client sends an integer in decimal (src/store/redis/script.rs).
-  now, now_s = tonumber(ARGV[1]), ARGV[1]
-end
-local window = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
-local cutoff = format('(%d', now - window)
 local REBASE_AT = 4503599627370496 -- 2^52
-local n = #ARGV - 3
-
--- Blocks: one EXISTS over the request's block keys when it has any; PTTL only when one is set.
-if #KEYS > n and call('EXISTS', unpack(KEYS, n + 1)) > 0 then
-  local first, longest = 0, 0
-  for i = n + 1, #KEYS do
-    local ms = call('PTTL', KEYS[i])
-    if ms > 0 then
-      if first == 0 then first = i - n end
-      if ms > longest then longest = ms end
-    end
-  end
-  if first > 0 then return {2, now, '', first, longest} end
-end
+-- The check being decided (the cold paths read them).
+local now, now_s
+-- Redis TIME, read by the batch's first check that asks for it: {µs, its decimal}.
+local clock
 
 -- The paths few checks take (denials, clocks that disagree, costs, rebases), made on first
 -- need: every function defined at the top level would be a new closure at every run.
@@ -124,13 +119,15 @@ local function cold_paths()
   end
 
   -- Moves the entries scored after now back to now; a plain member is renamed, since its
-  -- name is its time. Rank order stays recording order in a totals key: the moved entries
-  -- are its newest, and equal scores sort by their running totals.
+  -- name is its time (added under its new name before the old one goes, so that the key is
+  -- never empty: an empty key is deleted, and made again without its expiry). Rank order
+  -- stays recording order in a totals key: the moved entries are its newest, and equal scores
+  -- sort by their running totals.
   function c.clamp(key, plain)
     for k, member in ipairs(call('ZRANGEBYSCORE', key, '(' .. now_s, '+inf')) do
       if plain then
-        call('ZREM', key, member)
         c.add_plain(key, k)
+        call('ZREM', key, member)
       else
         call('ZADD', key, now_s, member)
       end
@@ -195,123 +192,306 @@ local function cold_paths()
   return c
 end
 
-local reply = {1, now, '', 0, 0, 0, 0, 0, 0, 0, 0, 0}
--- Per tier, for the recording pass: false (a full shadow tier: not recorded), the count (a
--- plain or empty key, recorded as plain for a cost of 1; negated when the key's oldest entry is
--- at now, so that others at now are likely), or the newest entry {member, score} of a totals key
--- ({} for a key to be made a totals key, {plain = true} for a plain key to become one).
-local how = {false, false, false}
 
-for i = 1, n do
-  local key = KEYS[i]
-  local limit = tonumber(ARGV[3 + i])
-  local shadow = limit < 0
-  if shadow then limit = -limit end
-  call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
-  -- A costly request will want the score (a totals key's oldest entry does not name it).
-  local first
-  if cost > 1 then
-    first = call('ZRANGE', key, '0', '0', 'WITHSCORES')
-  else
-    first = call('ZRANGE', key, '0', '0')
+-- The digits of a plain member's name: its time, in decimal.
+local function digits(m)
+  local d = find(m, '-', 2, true)
+  if d then return sub(m, 1, d - 1) end
+  return m
+end
+
+-- Whether the time named by plain member (or decimal) `m` is before the decimal integer `t`.
+-- Both are written without leading zeros, so a shorter one is smaller and two of one length
+-- compare as strings (a '-k' after equal digits makes `m` the greater: not before).
+local function before(m, t)
+  local d = find(m, '-', 2, true)
+  local len = d and d - 1 or #m
+  if len == #t then return m < t end
+  return len < #t
+end
+
+-- The batch's picture of the shared keys (see the header), by key:
+--   q      the key's oldest members, in order, as read (a prefix of the key; all of it if whole)
+--   h      the first of q still in the window (those before it were trimmed by the picture)
+--   n      the key's members in the window
+--   whole  q holds every member of the key (then members the batch records are appended)
+--   cut    the digits of the highest cutoff the picture trimmed at and Redis has not yet seen
+--   at     now_s of the last member the batch recorded in the key
+local seen, seen_keys = {}, {}
+-- Per shared key: how many of the batch's checks name it, then how many have yet to reach it.
+local shared, left = {}, {}
+-- The shared keys recorded in, in order, with the PEXPIRE of the last admission.
+local expire, ttl_of = {}, {}
+
+-- Sends the picture's pending trim of `key` and forgets the picture: Redis then holds what it
+-- shows, and the next check reads the key itself.
+local function flush(key)
+  local st = seen[key]
+  if st then
+    if st.cut then call('ZREMRANGEBYSCORE', key, '-inf', '(' .. st.cut) end
+    seen[key] = nil
   end
-  local m = first[1]
-  local count, oldest, expiry, base = 0, -1, -1, 0
-  local kind = 0
-  if m == nil then
-    if cost > 1 then kind = {} end
-  elseif byte(m, 17) ~= 58 then
-    -- plain
-    count = call('ZCARD', key)
-    -- The member names the oldest entry's time: it is replied as it is (the client reads
-    -- the digits; no float is parsed here) unless it holds a '-k' suffix or may be after now
-    -- (longer, or as long and above it: decimal integers of one length compare as strings).
-    oldest = m
-    if find(m, '-', 2, true) or #m > #now_s or (#m == #now_s and m > now_s) then
-      cold = cold or cold_paths()
-      oldest = cold.time_of(m)
-      if oldest > now then
-        cold.clamp(key, true)
-        oldest = now
+end
+
+-- The picture's answer for a plain key at this check: the count and the oldest entry's time
+-- (-1: none), or nil when it cannot answer exactly (the caller flushes and reads the key).
+local function from_picture(st, cut_s)
+  local q, h = st.q, st.h
+  if cut_s then
+    local from = h
+    while h <= #q and before(q[h], cut_s) do h = h + 1 end
+    if h > from then
+      st.h, st.n, st.cut = h, st.n - (h - from), cut_s
+    end
+  end
+  if st.n == 0 then return 0, -1 end
+  if h > #q then return nil end
+  local oldest = digits(q[h])
+  if before(now_s, oldest) then return nil end
+  return st.n, oldest
+end
+
+-- Starts the picture of a shared plain key from its oldest members `q` and its count.
+local function picture(key, q, count)
+  seen[key] = {q = q, h = 1, n = count, whole = #q >= count}
+  seen_keys[#seen_keys + 1] = key
+end
+
+-- Keeps the picture of `key` in step with `member`, just recorded at now.
+local function recorded(key, member)
+  local st = seen[key]
+  if not st then return end
+  local q = st.q
+  if st.h <= #q and before(now_s, digits(q[#q])) then
+    -- Out of order (a clock behind): the picture's order would break.
+    flush(key)
+    return
+  end
+  if st.whole then q[#q + 1] = member end
+  st.n, st.at = st.n + 1, now_s
+end
+
+
+-- Decides the check whose keys start after KEYS[k] and arguments at ARGV[a]; its reply.
+local function decide(k, a)
+  if ARGV[a] == '' then
+    if not clock then
+      if redis.replicate_commands then redis.replicate_commands() end
+      local t = call('TIME')
+      local us = t[1] * 1000000 + t[2]
+      clock = {us, format('%d', us)}
+    end
+    now, now_s = clock[1], clock[2]
+  else
+    -- The client sends an integer in decimal (src/store/redis/script.rs).
+    now, now_s = tonumber(ARGV[a]), ARGV[a]
+  end
+  local window = tonumber(ARGV[a + 1])
+  local cost = tonumber(ARGV[a + 2])
+  local n = tonumber(ARGV[a + 3])
+  local b = tonumber(ARGV[a + 4])
+  local cutoff = format('(%d', now - window)
+  -- The cutoff's digits, for the pictures (none before the epoch's first window).
+  local cut_s = now >= window and sub(cutoff, 2) or nil
+
+  -- Blocks: one EXISTS over the request's block keys when it has any; PTTL only when one is set.
+  if b > 0 and call('EXISTS', unpack(KEYS, k + n + 1, k + n + b)) > 0 then
+    local first, longest = 0, 0
+    for i = 1, b do
+      local ms = call('PTTL', KEYS[k + n + i])
+      if ms > 0 then
+        if first == 0 then first = i end
+        if ms > longest then longest = ms end
       end
     end
-    if cost > 1 then
-      kind = {plain = true}
-    elseif oldest == now_s or oldest == now then
-      kind = -count
-    else
-      kind = count
-    end
-  else
-    -- totals
-    cold = cold or cold_paths()
-    oldest = tonumber(first[2] or call('ZRANGE', key, '0', '0', 'WITHSCORES')[2])
-    kind = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
-    if tonumber(kind[2]) > now then
-      cold.clamp(key, false)
-      kind[2] = now_s
-      if oldest > now then oldest = now end
-    end
-    base = cold.total_of(m) - cold.cost_of(m)
-    count = cold.total_of(kind[1]) - base
+    if first > 0 then return {2, now, '', first, longest} end
   end
-  local full = count + cost > limit
-  if full and cost <= limit then
-    cold = cold or cold_paths()
-    local plain = type(kind) == 'number' or kind.plain
-    if plain then cold.clamp(key, true) end
-    expiry = cold.expiry(key, plain, base, count + cost - limit)
-  end
-  local r = 3 * i
-  reply[r + 1] = count
-  reply[r + 2] = oldest
-  reply[r + 3] = expiry
-  if full then
-    if not shadow then
-      reply[1] = 0
-      reply[r + 4] = nil
-      return reply
-    end
-    kind = false
-  end
-  how[i] = kind
-end
-reply[3 * n + 4] = nil
 
-local ttl = format('%d', math.ceil(window / 1000) + 1)
-for i = 1, n do
-  local key = KEYS[i]
-  local kind = how[i]
-  if kind then
-    local member
-    if type(kind) == 'number' then
-      -- plain, cost 1
-      if kind >= 0 and call('ZADD', key, 'NX', now_s, now_s) == 1 then
-        member = now_s
+  local reply = {1, now, '', 0, 0, 0, 0, 0, 0, 0, 0, 0}
+  -- Per tier, for the recording pass: false (a full shadow tier: not recorded), the count (a
+  -- plain or empty key, recorded as plain for a cost of 1; negated when an entry at now is
+  -- likely), or the newest entry {member, score} of a totals key ({} for a key to be made a
+  -- totals key, {plain = true} for a plain key to become one).
+  local how = {false, false, false}
+
+  for i = 1, n do
+    local key = KEYS[k + i]
+    local limit = tonumber(ARGV[a + 4 + i])
+    local shadow = limit < 0
+    if shadow then limit = -limit end
+    local count, oldest, expiry, base = 0, -1, -1, 0
+    local kind
+    local ahead = left[key]
+    if ahead then left[key] = ahead - 1 end
+    local st = seen[key]
+    if st then
+      local c, o
+      if cost == 1 then c, o = from_picture(st, cut_s) end
+      if c and c + 1 <= limit then
+        count, oldest = c, o
+        kind = (o == now_s or st.at == now_s) and -c or c
       else
-        cold = cold or cold_paths()
-        member = cold.add_plain(key, math.abs(kind))
+        flush(key)
       end
-    else
-      cold = cold or cold_paths()
-      local total, at = cost, now
-      if kind.plain then
-        total = cold.to_totals(key) + cost
-      elseif kind[1] then
-        total = cold.total_of(kind[1]) + cost
-        at = math.max(now, tonumber(kind[2]))
-      end
-      if total > REBASE_AT then
-        local oldest = call('ZRANGE', key, '0', '0')[1]
-        local base = cold.total_of(oldest) - cold.cost_of(oldest)
-        cold.rebase(key, base)
-        total = total - base
-      end
-      member = format('%016x:%x', total, cost)
-      call('ZADD', key, format('%d', at), member)
     end
-    call('PEXPIRE', key, ttl)
-    if reply[3] == '' then reply[3] = member end
+    if not kind then
+      call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
+      -- A costly request will want the score (a totals key's oldest entry does not name it). A
+      -- shared key reads its oldest members for the batch's picture.
+      local first
+      if cost > 1 then
+        first = call('ZRANGE', key, '0', '0', 'WITHSCORES')
+      elseif ahead and ahead > 1 then
+        first = call('ZRANGE', key, '0', format('%d', math.min(2 * ahead + 6, 128)))
+      else
+        first = call('ZRANGE', key, '0', '0')
+      end
+      local m = first[1]
+      kind = 0
+      if m == nil then
+        if cost > 1 then kind = {} end
+      elseif byte(m, 17) ~= 58 then
+        -- plain
+        count = call('ZCARD', key)
+        -- The member names the oldest entry's time: it is replied as it is (the client reads
+        -- the digits; no float is parsed here) unless it holds a '-k' suffix or may be after
+        -- now (longer, or as long and above it: decimal integers of one length compare as
+        -- strings).
+        oldest = m
+        if find(m, '-', 2, true) or #m > #now_s or (#m == #now_s and m > now_s) then
+          cold = cold or cold_paths()
+          oldest = cold.time_of(m)
+          if oldest > now then
+            cold.clamp(key, true)
+            oldest = now
+            first = nil
+          end
+        end
+        if cost > 1 then
+          kind = {plain = true}
+        elseif oldest == now_s or oldest == now then
+          kind = -count
+        else
+          kind = count
+        end
+      else
+        -- totals
+        cold = cold or cold_paths()
+        oldest = tonumber(cost > 1 and first[2] or call('ZRANGE', key, '0', '0', 'WITHSCORES')[2])
+        kind = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+        if tonumber(kind[2]) > now then
+          cold.clamp(key, false)
+          kind[2] = now_s
+          if oldest > now then oldest = now end
+        end
+        base = cold.total_of(m) - cold.cost_of(m)
+        count = cold.total_of(kind[1]) - base
+      end
+      -- A shared plain key that has room starts the batch's picture of it.
+      if first and ahead and ahead > 1 and type(kind) == 'number' and count + 1 <= limit then
+        picture(key, first, count)
+      end
+    end
+    local full = count + cost > limit
+    if full and cost <= limit then
+      cold = cold or cold_paths()
+      local plain = type(kind) == 'number' or kind.plain
+      if plain then cold.clamp(key, true) end
+      expiry = cold.expiry(key, plain, base, count + cost - limit)
+    end
+    local r = 3 * i
+    reply[r + 1] = count
+    reply[r + 2] = oldest
+    reply[r + 3] = expiry
+    if full then
+      if not shadow then
+        reply[1] = 0
+        reply[r + 4] = nil
+        return reply
+      end
+      kind = false
+    end
+    how[i] = kind
   end
+  reply[3 * n + 4] = nil
+
+  local ttl = format('%d', math.ceil(window / 1000) + 1)
+  for i = 1, n do
+    local key = KEYS[k + i]
+    local kind = how[i]
+    if kind then
+      local member
+      if type(kind) == 'number' then
+        -- plain, cost 1
+        local st = seen[key]
+        if st and st.cut and before(now_s, st.cut) then
+          -- Before a trim not yet sent (a clock more than a window behind): send it first.
+          flush(key)
+        end
+        if kind >= 0 and call('ZADD', key, 'NX', now_s, now_s) == 1 then
+          member = now_s
+        else
+          cold = cold or cold_paths()
+          member = cold.add_plain(key, math.abs(kind))
+        end
+        recorded(key, member)
+      else
+        flush(key)
+        cold = cold or cold_paths()
+        local total, at = cost, now
+        if kind.plain then
+          total = cold.to_totals(key) + cost
+        elseif kind[1] then
+          total = cold.total_of(kind[1]) + cost
+          at = math.max(now, tonumber(kind[2]))
+        end
+        if total > REBASE_AT then
+          local oldest = call('ZRANGE', key, '0', '0')[1]
+          local base = cold.total_of(oldest) - cold.cost_of(oldest)
+          cold.rebase(key, base)
+          total = total - base
+        end
+        member = format('%016x:%x', total, cost)
+        call('ZADD', key, format('%d', at), member)
+      end
+      if shared[key] then
+        if not ttl_of[key] then expire[#expire + 1] = key end
+        ttl_of[key] = ttl
+      else
+        call('PEXPIRE', key, ttl)
+      end
+      if reply[3] == '' then reply[3] = member end
+    end
+  end
+  return reply
 end
-return reply
+
+-- The keys several checks share (only a batch of more than one check has any).
+local a, k = 1, 0
+if #ARGV > 5 + tonumber(ARGV[4]) then
+  while a <= #ARGV do
+    local n = tonumber(ARGV[a + 3])
+    for i = 1, n do
+      local key = KEYS[k + i]
+      left[key] = (left[key] or 0) + 1
+    end
+    k = k + n + tonumber(ARGV[a + 4])
+    a = a + 5 + n
+  end
+  for key, uses in pairs(left) do
+    if uses > 1 then shared[key] = true else left[key] = nil end
+  end
+  a, k = 1, 0
+end
+
+local replies = {}
+while a <= #ARGV do
+  replies[#replies + 1] = decide(k, a)
+  local n = tonumber(ARGV[a + 3])
+  k = k + n + tonumber(ARGV[a + 4])
+  a = a + 5 + n
+end
+-- What the pictures trimmed, then the shared keys' expiry.
+for _, key in ipairs(seen_keys) do flush(key) end
+for _, key in ipairs(expire) do call('PEXPIRE', key, ttl_of[key]) end
+return replies

@@ -25,15 +25,58 @@ pub(super) fn now_arg(time_source: TimeSource, req: &StoreRequest<'_>) -> String
     }
 }
 
-/// The script's `ARGV` for `tiers` (the tiers whose keys are its `KEYS`, in the same order):
-/// now, the window, the cost, then one limit per tier.
-pub(super) fn args(req: &StoreRequest<'_>, now: &str, tiers: &[TierCheck<'_>]) -> Vec<String> {
-    let mut args = Vec::with_capacity(3 + tiers.len());
+/// One check's part of the script's `ARGV` for `tiers` (the tiers whose keys are its `KEYS`, in
+/// the same order, followed by `blocks` block keys): now, the window, the cost, the number of
+/// tiers and of block keys, then one limit per tier.
+pub(super) fn args(
+    req: &StoreRequest<'_>,
+    now: &str,
+    tiers: &[TierCheck<'_>],
+    blocks: usize,
+) -> Vec<String> {
+    let mut args = Vec::with_capacity(5 + tiers.len());
     args.push(now.to_owned());
     args.push(saturating_micros(req.window).to_string());
     args.push(req.cost.to_string());
+    args.push(tiers.len().to_string());
+    args.push(blocks.to_string());
     args.extend(tiers.iter().map(limit_arg));
     args
+}
+
+/// `check` (one check's arguments, see [`args`]) with `blocks` block keys instead.
+pub(super) fn with_blocks(check: &[String], blocks: usize) -> Vec<String> {
+    let mut args = check.to_vec();
+    if let Some(b) = args.get_mut(4) {
+        *b = blocks.to_string();
+    }
+    args
+}
+
+/// The reply of the one check of a batch (`reply`: the script's reply, one reply per check).
+pub(super) fn only_check(reply: Vec<Value>) -> Result<Vec<Value>, StoreError> {
+    match <[Value; 1]>::try_from(reply) {
+        Ok([Value::Array(one)]) => Ok(one),
+        Ok([other]) => Err(unexpected(&other)),
+        Err(reply) => Err(StoreError::new(format!(
+            "the rate limit script answered {} checks of 1",
+            reply.len()
+        ))),
+    }
+}
+
+/// The reply of one check, as a list (`reply`: its part of the script's reply).
+pub(super) fn check_reply(reply: Value) -> Result<Vec<Value>, StoreError> {
+    match reply {
+        Value::Array(one) => Ok(one),
+        other => Err(unexpected(&other)),
+    }
+}
+
+fn unexpected(reply: &Value) -> StoreError {
+    StoreError::new(format!(
+        "unexpected reply from the rate limit script: {reply:?}"
+    ))
 }
 
 /// A tier's limit as the script takes it: negative for a shadow tier.
@@ -216,7 +259,7 @@ mod tests {
     }
 
     #[test]
-    fn arguments_are_now_window_cost_then_one_limit_per_tier() {
+    fn arguments_are_now_window_cost_tiers_blocks_then_one_limit_per_tier() {
         let tiers = [tier(Tier::User, 5, false), tier(Tier::Global, 9, true)];
         let req = StoreRequest {
             now: Duration::from_secs(2),
@@ -227,10 +270,10 @@ mod tests {
         assert_eq!(now_arg(TimeSource::App, &req), "2000000");
         assert_eq!(now_arg(TimeSource::Redis, &req), "");
         assert_eq!(
-            args(&req, "7", &tiers),
-            ["7", "1500000", "3", "5", "-9"].map(String::from)
+            args(&req, "7", &tiers, 1),
+            ["7", "1500000", "3", "2", "1", "5", "-9"].map(String::from)
         );
-        assert_eq!(args(&req, "", &tiers[1..]).len(), 4);
+        assert_eq!(args(&req, "", &tiers[1..], 0).len(), 6);
     }
 
     #[test]

@@ -1,0 +1,314 @@
+//! The script decides a batch of checks exactly as it decides each alone (docs/REDIS.md, "The
+//! script": batching changes no answer).
+//!
+//! Two `redis-server`s of the test's own, fed the same seeded random sequences: on one every
+//! batch is one EVALSHA, on the other each of its checks is an EVALSHA of its own, in order.
+//! Every check's reply and, after every batch, every key (members, scores, an expiry) must be
+//! the same on both. The sequences aim at what the batch's picture of a shared key must get
+//! right: the window's edge to the microsecond, a clock that steps back within a batch or jumps
+//! a window, several checks in one microsecond, costs above 1, shadow tiers, full tiers, blocks,
+//! limits of 1, and `now` crossing a power of ten (the picture compares decimal strings).
+//!
+//! `BATCH_SEED=S` replays one seed; `BATCH_SEQUENCES=N` runs more.
+#![cfg(feature = "redis")]
+
+mod common;
+
+use common::RedisServer;
+use fred::prelude::{Builder, Client, ClientLike, Config, KeysInterface, SortedSetsInterface};
+use fred::types::scripts::Script;
+use fred::types::Value;
+
+const SOURCE: &str = include_str!("../src/store/redis/script.lua");
+
+/// splitmix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// One check: its script keys and arguments (see `script.lua`).
+#[derive(Clone, Debug)]
+struct Check {
+    keys: Vec<String>,
+    args: Vec<String>,
+}
+
+const USERS: [&str; 3] = ["t:user:a", "t:user:b", "t:user:c"];
+const ENDPOINTS: [&str; 2] = ["t:endpoint:/x", "t:endpoint:/y"];
+const GLOBAL: &str = "t:global";
+
+fn block_of(key: &str) -> String {
+    format!("{{{key}}}#block")
+}
+
+/// A step back of a window: one less, exactly, one more, or up to two.
+fn this_window_of(window: u64, rng: &mut Rng) -> u64 {
+    match rng.below(4) {
+        3 => window + rng.below(window),
+        d => window + d - 1,
+    }
+}
+
+/// A random sequence of batches: each batch's checks, with the blocks to set before it.
+struct Sequence {
+    /// Per batch: the block keys to set (true) or delete (false) first, and the checks.
+    batches: Vec<(Vec<(String, bool)>, Vec<Check>)>,
+}
+
+fn generate(seed: u64) -> Sequence {
+    let mut rng = Rng(seed);
+    // Windows of seconds (a key's expiry is a window in Redis's own time, which must not pass
+    // while the test runs), stepped through in microseconds. Time starts at 16 digits (today),
+    // just below a power of ten, or within the first window.
+    let window: u64 = [10_000_000, 10_000_007, 30_000_000][rng.below(3) as usize];
+    let mut now: u64 = match rng.below(3) {
+        0 => 1_700_000_000_000_000 + rng.below(1_000_000),
+        1 => 100_000_000 - window - rng.below(2 * window),
+        _ => rng.below(window / 2),
+    };
+    let limits = [1 + rng.below(3), 1 + rng.below(8), 2 + rng.below(12)];
+    let mut recorded: Vec<u64> = Vec::new();
+    let mut batches = Vec::new();
+    for _ in 0..40 {
+        // An operator blocks (for longer than the test runs) or unblocks a user or /x.
+        let mut blocks = Vec::new();
+        if rng.chance(8) {
+            let key = [USERS[rng.below(3) as usize], ENDPOINTS[0]][rng.below(2) as usize];
+            blocks.push((block_of(key), rng.chance(50)));
+        }
+        let size = match rng.below(4) {
+            0 => 1,
+            1 => 2 + rng.below(3),
+            _ => 5 + rng.below(20),
+        };
+        let mut checks = Vec::new();
+        for _ in 0..size {
+            // The next time: a small step, none (the same microsecond), back a little, or to
+            // the edge of the window of an entry already recorded (exactly, or 1 µs either side).
+            now = match rng.below(12) {
+                0 => now,
+                1 => now.saturating_sub(1 + rng.below(3)),
+                // A clock stepped back by a window or more (another instance's, say).
+                10 => now.saturating_sub(this_window_of(window, &mut rng)),
+                2 if !recorded.is_empty() => {
+                    let at = recorded[rng.below(recorded.len() as u64) as usize];
+                    (at + window + rng.below(3)).saturating_sub(1).max(now)
+                }
+                3 => now + window + rng.below(2),
+                _ => now + rng.below(window / 3 + 1),
+            };
+            let this_window = if rng.chance(5) { window * 2 } else { window };
+            let cost = if rng.chance(10) { 2 + rng.below(3) } else { 1 };
+            let mut tiers: Vec<(&str, u64)> = Vec::new();
+            if rng.chance(85) {
+                tiers.push((USERS[rng.below(3) as usize], limits[0]));
+            }
+            if rng.chance(90) {
+                tiers.push((ENDPOINTS[(rng.below(5) == 0) as usize], limits[1]));
+            }
+            if rng.chance(90) || tiers.is_empty() {
+                tiers.push((GLOBAL, limits[2]));
+            }
+            let mut keys: Vec<String> = tiers.iter().map(|t| t.0.to_owned()).collect();
+            let with_blocks = rng.chance(50);
+            let block_keys: Vec<String> = if with_blocks {
+                tiers
+                    .iter()
+                    .take_while(|t| t.0 != GLOBAL)
+                    .map(|t| block_of(t.0))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let mut args = vec![
+                now.to_string(),
+                this_window.to_string(),
+                cost.to_string(),
+                tiers.len().to_string(),
+                block_keys.len().to_string(),
+            ];
+            for (_, limit) in &tiers {
+                let shadow = rng.chance(10);
+                args.push(if shadow {
+                    format!("-{limit}")
+                } else {
+                    limit.to_string()
+                });
+            }
+            keys.extend(block_keys);
+            recorded.push(now);
+            checks.push(Check { keys, args });
+        }
+        batches.push((blocks, checks));
+    }
+    Sequence { batches }
+}
+
+async fn client(server: &RedisServer) -> Client {
+    let config = Config::from_url(&server.url()).unwrap();
+    let client = Builder::from_config(config).build().unwrap();
+    client.init().await.unwrap();
+    client
+}
+
+/// Runs `checks` as one EVALSHA; the replies, one per check.
+async fn run(client: &Client, script: &Script, checks: &[Check]) -> Vec<Vec<String>> {
+    let keys: Vec<String> = checks.iter().flat_map(|c| c.keys.clone()).collect();
+    let args: Vec<String> = checks.iter().flat_map(|c| c.args.clone()).collect();
+    let reply: Vec<Value> = script
+        .evalsha_with_reload(client, keys, args)
+        .await
+        .unwrap_or_else(|e| panic!("the script failed on {checks:?}: {e}"));
+    assert_eq!(reply.len(), checks.len(), "one reply per check");
+    reply.into_iter().map(normalized).collect()
+}
+
+/// A check's reply as strings: the script may give an oldest entry's time as its member's
+/// digits or as an integer, the same number.
+fn normalized(reply: Value) -> Vec<String> {
+    let Value::Array(values) = reply else {
+        panic!("a check's reply is not a list: {reply:?}")
+    };
+    values
+        .into_iter()
+        .map(|v| match v {
+            Value::Integer(i) => i.to_string(),
+            Value::String(s) => s.to_string(),
+            Value::Bytes(b) => String::from_utf8_lossy(&b).into_owned(),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+/// Every key of the test: its members with their scores, and its expiry (in 10 ms, so that
+/// the two servers, which run at other moments, compare; -1: none, a leak; -2: no key).
+async fn state(client: &Client) -> Vec<(String, Vec<(String, f64)>, i64)> {
+    let mut out = Vec::new();
+    for key in USERS.iter().chain(&ENDPOINTS).chain([&GLOBAL]) {
+        let members: Vec<(String, f64)> = client
+            .zrange(*key, 0, -1, None, false, None, true)
+            .await
+            .unwrap();
+        let ttl: i64 = client.pttl(*key).await.unwrap();
+        out.push((
+            key.to_string(),
+            members,
+            if ttl >= 0 { ttl / 10 } else { ttl },
+        ));
+    }
+    out
+}
+
+async fn replay(
+    seed: u64,
+    batched: &Client,
+    alone: &Client,
+    script: &Script,
+) -> Result<(), String> {
+    let sequence = generate(seed);
+    for client in [batched, alone] {
+        let _: () = client.flushall(false).await.unwrap();
+    }
+    for (b, (blocks, checks)) in sequence.batches.iter().enumerate() {
+        for (key, set) in blocks {
+            for client in [batched, alone] {
+                if *set {
+                    let expiry = Some(fred::types::Expiration::EX(600));
+                    let _: () = client
+                        .set(key.as_str(), "1", expiry, None, false)
+                        .await
+                        .unwrap();
+                } else {
+                    let _: i64 = client.del(key.as_str()).await.unwrap();
+                }
+            }
+        }
+        let together = run(batched, script, checks).await;
+        let mut one_by_one = Vec::new();
+        for check in checks {
+            one_by_one.extend(run(alone, script, std::slice::from_ref(check)).await);
+        }
+        for (i, (t, o)) in together.iter().zip(&one_by_one).enumerate() {
+            if t != o && !same_block(t, o) {
+                return Err(format!(
+                    "seed {seed:#x}, batch {b}, check {i} of {}: batched {t:?}, alone {o:?}\nthe batch: {checks:#?}",
+                    checks.len()
+                ));
+            }
+        }
+        let (s1, s2) = (state(batched).await, state(alone).await);
+        for ((key, m1, t1), (_, m2, t2)) in s1.iter().zip(&s2) {
+            if m1 != m2 {
+                return Err(format!(
+                    "seed {seed:#x}, after batch {b}: key {key}: batched {m1:?}, alone {m2:?}\nthe batch: {checks:#?}"
+                ));
+            }
+            // Both with an expiry (or no key), and about the same one.
+            if *t1 == -1 || *t2 == -1 || (*t1 < 0) != (*t2 < 0) || (t1 - t2).abs() > 20 {
+                return Err(format!(
+                    "seed {seed:#x}, after batch {b}: key {key}: expiry (10 ms) batched {t1}, alone {t2}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Two answers of a block that differ only in its time left (ms), by less than the moments at
+/// which the two servers ran.
+fn same_block(a: &[String], b: &[String]) -> bool {
+    let ms = |r: &[String]| r.get(4).and_then(|m| m.parse::<i64>().ok());
+    a.len() == 5
+        && a[0] == "2"
+        && a[..4] == b[..4]
+        && matches!((ms(a), ms(b)), (Some(x), Some(y)) if (x - y).abs() < 2_000)
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    match v.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => v.parse().ok(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_answers_and_writes_what_its_checks_alone_would() {
+    let (a, b) = (RedisServer::start(), RedisServer::start());
+    let (batched, alone) = (client(&a).await, client(&b).await);
+    let script = Script::from_lua(SOURCE);
+    let seeds: Vec<u64> = match env_u64("BATCH_SEED") {
+        Some(seed) => vec![seed],
+        None => {
+            let base = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64;
+            let n = env_u64("BATCH_SEQUENCES").unwrap_or(25);
+            (0..n)
+                .map(|i| base.wrapping_add(i.wrapping_mul(0x9E37_79B9)))
+                .collect()
+        }
+    };
+    for seed in seeds {
+        if let Err(failure) = replay(seed, &batched, &alone, &script).await {
+            panic!("{failure}\n(replay: BATCH_SEED={seed:#x} cargo test --test redis_batch)");
+        }
+    }
+}
