@@ -31,7 +31,10 @@
 #
 # redis-benchmark sends EVALSHA <sha> 3 rate_limit:user:__rand_int__ rate_limit:endpoint:/bench
 # rate_limit:global "" 1000000 COST 2^40 2^40 2^40, with -c N connections, -P 1 (no pipelining),
-# -r 10000 (10,000 users). ARGV[1] "" makes the script read Redis TIME.
+# -r 10000 (10,000 users); to our script (a batch of one check), "" 1000000 COST 3 0 2^40 2^40
+# 2^40. ARGV[1] "" makes the script read Redis TIME. Ours batches the checks that wait at the
+# same moment (src/store/redis/batch.rs): EVALSHA per check is then below 1, and each check is
+# still in exactly one EVALSHA.
 #
 # Every run starts on an empty database (FLUSHALL), runs WARMUP untimed checks, then CHECKS
 # timed ones. INFO commandstats gives the round trips per check (EVALSHA calls / checks) and
@@ -263,11 +266,22 @@ timed_client() {
     CLIENT_CPU=$(awk '{ print $1 + $2 }' "$TMP/time")
 }
 
-bench_args=(3 rate_limit:user:__rand_int__ rate_limit:endpoint:/bench rate_limit:global
-    "" "$WINDOW_US" "$COST" "$HUGE" "$HUGE" "$HUGE")
-redis_benchmark() { # sha, concurrency, requests
+bench_keys=(3 rate_limit:user:__rand_int__ rate_limit:endpoint:/bench rate_limit:global)
+# The lean script (and scripts before batching) take now, window, cost, then the limits; ours
+# (a batch of one check here) takes now, window, cost, the tiers' and block keys' numbers, then
+# the limits.
+plain_args=("${bench_keys[@]}" "" "$WINDOW_US" "$COST" "$HUGE" "$HUGE" "$HUGE")
+batch_args=("${bench_keys[@]}" "" "$WINDOW_US" "$COST" 3 0 "$HUGE" "$HUGE" "$HUGE")
+batch_form() { grep -q 'decide a batch of requests' "$1"; }
+script_form() { if batch_form "$1"; then echo batch; else echo plain; fi; }
+SCRIPT_FORM=$(script_form src/store/redis/script.lua)
+BASE_FORM=plain
+if [ -n "$BASE_SCRIPT" ]; then BASE_FORM=$(script_form "$BASE_SCRIPT"); fi
+redis_benchmark() { # sha, concurrency, requests, form (plain or batch)
+    local args=("${plain_args[@]}")
+    if [ "${4:-plain}" = batch ]; then args=("${batch_args[@]}"); fi
     "${client_pin[@]}" redis-benchmark -p "$PORT" -c "$2" -n "$3" -P 1 -r "$USERS" --csv \
-        EVALSHA "$1" "${bench_args[@]}"
+        EVALSHA "$1" "${args[@]}"
 }
 
 # --- runs --------------------------------------------------------------------------------
@@ -340,19 +354,19 @@ ours_run() {
         "$per_check; CPU µs per check: client $client_us, redis $redis_us; usec_per_call $upc"
 }
 
-# redis-benchmark on the script $2 (sha); label $1; concurrency $c.
+# redis-benchmark on the script $2 (sha) of form $3; label $1; concurrency $c.
 rb_run() {
-    local label=$1 sha=$2
+    local label=$1 sha=$2 form=$3
     run=$((run + 1))
     cli FLUSHALL >/dev/null
     if [ "$WARMUP" -gt 0 ]; then
-        redis_benchmark "$sha" "$c" "$WARMUP" >/dev/null 2>"$TMP/rb.err" ||
+        redis_benchmark "$sha" "$c" "$WARMUP" "$form" >/dev/null 2>"$TMP/rb.err" ||
             die "redis-benchmark warm-up failed: $(cat "$TMP/rb.err")"
     fi
     cli CONFIG RESETSTAT >/dev/null
     r0=$(cpu_seconds "$REDIS_PID")
     t0=$(now)
-    timed_client "$TMP/rb.out" redis_benchmark "$sha" "$c" "$CHECKS" ||
+    timed_client "$TMP/rb.out" redis_benchmark "$sha" "$c" "$CHECKS" "$form" ||
         die "redis-benchmark ($label), concurrency $c failed"
     t1=$(now)
     r1=$(cpu_seconds "$REDIS_PID")
@@ -403,9 +417,9 @@ for rep in $(seq "$REPS"); do
             echo "$c,$rep,${shares[*]},$(owner_of rate_limit:global),$(owner_of rate_limit:endpoint:/bench)" \
                 >>"$TMP/cluster_shares.csv"
         fi
-        rb_run rb-lean "$LEAN_SHA"
-        rb_run rb-script "$SHA"
-        if [ -n "$BASE_SHA" ]; then rb_run rb-base "$BASE_SHA"; fi
+        rb_run rb-lean "$LEAN_SHA" plain
+        rb_run rb-script "$SHA" "$SCRIPT_FORM"
+        if [ -n "$BASE_SHA" ]; then rb_run rb-base "$BASE_SHA" "$BASE_FORM"; fi
     done
 done
 

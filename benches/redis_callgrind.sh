@@ -8,6 +8,8 @@
 #   TOP=25 benches/redis_callgrind.sh                   # and where the instructions go
 #   BLOCKS=1 benches/redis_callgrind.sh src/store/redis/script.lua  # with the two block keys
 #                                                       # a check sends (no block set)
+#   BATCH=16 benches/redis_callgrind.sh src/store/redis/script.lua  # 16 checks per EVALSHA, as
+#                                   # our limiter sends them under load (src/store/redis/batch.rs)
 #
 # For each script: a redis-server of its own under callgrind on a free loopback port, the
 # script loaded, CALLS/2 EVALSHA calls to fill the window (untimed), the counters zeroed, CALLS
@@ -26,6 +28,7 @@ CALLS=${CALLS:-2000}
 COST=${COST:-1}
 TOP=${TOP:-0}
 BLOCKS=${BLOCKS:-0}
+BATCH=${BATCH:-1}
 if [ "$#" -eq 0 ]; then set -- benches/lean.lua src/store/redis/script.lua; fi
 for tool in valgrind callgrind_annotate callgrind_control redis-server redis-cli redis-benchmark; do
     command -v "$tool" >/dev/null 2>&1 || {
@@ -38,6 +41,7 @@ TMP=$(mktemp -d)
 VG_PID=
 cleanup() {
     if [ -n "$VG_PID" ] && kill -0 "$VG_PID" 2>/dev/null; then kill -TERM "$VG_PID" 2>/dev/null || true; fi
+    if [ -n "${KEEP:-}" ]; then cp -r "$TMP" "$KEEP"; fi
     rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -91,11 +95,27 @@ for script in "$@"; do
         sleep 0.1
     done
     sha=$(redis-cli -p "$port" -x SCRIPT LOAD <"$script")
-    keys=(3 rate_limit:user:__rand_int__ rate_limit:endpoint:/bench rate_limit:global)
+    one=(rate_limit:user:__rand_int__ rate_limit:endpoint:/bench rate_limit:global)
+    blocks=0
     if [ "${BLOCKS:-0}" = 1 ]; then
-        keys=(5 "${keys[@]:1}" "{rate_limit:user:__rand_int__}#block" "{rate_limit:endpoint:/bench}#block")
+        one+=("{rate_limit:user:__rand_int__}#block" "{rate_limit:endpoint:/bench}#block")
+        blocks=2
     fi
-    args=("${keys[@]}" "" 1000000 "$COST" 1099511627776 1099511627776 1099511627776)
+    limits=(1099511627776 1099511627776 1099511627776)
+    per_call=1
+    if grep -q 'decide a batch of requests' "$script"; then
+        # Ours takes a batch: BATCH checks, each with its keys and its arguments.
+        per_call=$BATCH
+        keys=()
+        argv=()
+        for _ in $(seq "$BATCH"); do
+            keys+=("${one[@]}")
+            argv+=("" 1000000 "$COST" 3 "$blocks" "${limits[@]}")
+        done
+        args=("${#keys[@]}" "${keys[@]}" "${argv[@]}")
+    else
+        args=("${#one[@]}" "${one[@]}" "" 1000000 "$COST" "${limits[@]}")
+    fi
     redis-benchmark -p "$port" -c 4 -n $((CALLS / 2)) -P 1 -r 1000 EVALSHA "$sha" "${args[@]}" >/dev/null
     callgrind_control -z "$VG_PID" >/dev/null 2>&1
     redis-benchmark -p "$port" -c 4 -n "$CALLS" -P 1 -r 1000 EVALSHA "$sha" "${args[@]}" >/dev/null
@@ -109,7 +129,7 @@ for script in "$@"; do
     inside=$(callgrind_annotate --inclusive=yes "$dump" 2>/dev/null |
         awk '/:evalShaCommand /{ gsub(",", "", $1); print $1 }')
     whole=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/{ gsub(",", "", $1); print $1 }')
-    echo "$script cost=$COST: $((inside / CALLS)) instructions per EVALSHA inside the script," \
-        "$((whole / CALLS)) in the whole server"
+    echo "$script cost=$COST batch=$per_call: $((inside / CALLS / per_call)) instructions per" \
+        "check inside the script, $((whole / CALLS / per_call)) in the whole server"
     if [ "$TOP" -gt 0 ]; then top_functions "$dump" "$TOP" "$CALLS"; fi
 done

@@ -137,6 +137,42 @@ async fn one_check_is_one_round_trip() {
     );
 }
 
+/// docs/REDIS.md, "Batches": checks that wait at the same moment share an EVALSHA, each still
+/// decided as alone. 400 checks at once, all in one microsecond (a stopped clock: every member
+/// name collides), from 40 users: fewer EVALSHA than checks, exactly the endpoint's limit
+/// admitted, every key holding exactly what was admitted, with its expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_at_the_same_moment_share_round_trips_and_stay_exact() {
+    let server = RedisServer::start();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let limiter = connected(redis_config(&server, 3, 50, 80), &clock).await;
+    let before = server.command_calls("evalsha");
+    let admitted = burst(std::slice::from_ref(&limiter), 400, 40).await;
+    let evalsha = server.command_calls("evalsha") - before;
+    assert_eq!(admitted, [50], "the endpoint's limit, exactly");
+    assert!(
+        (1..400).contains(&evalsha),
+        "{evalsha} EVALSHA for 400 checks at once: not batched"
+    );
+    let zcard = |key: &str| server.cli(&["ZCARD", key]).trim().parse::<u64>().unwrap();
+    assert_eq!(zcard("rate_limit:endpoint:/api/v1/items"), 50);
+    assert_eq!(zcard("rate_limit:global"), 50);
+    let users: u64 = (0..40)
+        .map(|u| zcard(&format!("rate_limit:user:user-{u}")))
+        .sum();
+    assert_eq!(
+        users, 50,
+        "one entry per admitted request in its user's key"
+    );
+    for u in 0..40 {
+        assert!(zcard(&format!("rate_limit:user:user-{u}")) <= 3);
+    }
+    for key in ["rate_limit:endpoint:/api/v1/items", "rate_limit:global"] {
+        let ttl: i64 = server.cli(&["PTTL", key]).trim().parse().unwrap();
+        assert!(ttl > 55_000 && ttl <= 60_001, "{key}: PTTL {ttl}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_from_one_user_costs_redis_nothing_after_the_first_denial() {
     let server = RedisServer::start();

@@ -66,8 +66,7 @@ impl Connections {
     /// missing on the importing master, as a block key usually is). So during a migration of
     /// its slot a block is not seen; the counts stay exact.
     ///
-    /// `check` is the check's arguments without the block key (see `script::args`); the reply
-    /// is the check's own (the script answers a batch of one).
+    /// `check` is the check's arguments without the block key (see `script::args`).
     pub(super) async fn eval_one(
         &self,
         key: &str,
@@ -106,17 +105,16 @@ impl Connections {
         check: &[String],
     ) -> Result<Vec<Value>, StoreError> {
         let failed = |e| fred_error("rate limit script failed", e);
-        let reply = match result {
+        match result {
             Err(e) if *e.kind() == ErrorKind::Routing => {
                 let sha = self.script.sha1();
                 let command = Redirected::Script { sha, args: check };
                 self.asking(key, command)
                     .await
-                    .unwrap_or_else(|| Err(failed(e)))?
+                    .unwrap_or_else(|| Err(failed(e)))
             }
-            other => other.map_err(failed)?,
-        };
-        script::only_check(reply)
+            other => other.map_err(failed),
+        }
     }
 
     /// `ZREM key member` on a cluster, following an ASK.

@@ -131,6 +131,12 @@ async fn send(client: &Client, script: &Script, batch: Vec<Job>) {
     let result: Result<Vec<Value>, FredError> =
         script.evalsha_with_reload(client, keys, args).await;
     match result {
+        // A batch of one check is answered with that check's reply.
+        Ok(answer) if replies.len() == 1 => {
+            if let Some(reply) = replies.pop() {
+                let _ = reply.send(Ok(Value::Array(answer)));
+            }
+        }
         Ok(answers) if answers.len() == replies.len() => {
             for (reply, answer) in replies.into_iter().zip(answers) {
                 let _ = reply.send(Ok(answer));

@@ -1,7 +1,9 @@
-//! The Redis store: one EVALSHA per check, every tier decided atomically inside Redis.
+//! The Redis store: one EVALSHA per check (shared with the checks waiting at the same moment),
+//! every tier decided atomically inside Redis.
 //!
 //! - `mod.rs`: [`RedisStore`], its [`Store`] implementation and the local denial cache's use;
 //! - `connection.rs`: the fred client, the first connection, its state, shutdown;
+//! - `batch.rs`: the task that sends the checks waiting at one moment as one EVALSHA;
 //! - `script.rs` + `script.lua`: the script, its arguments, its reply (one `script::Reply`);
 //! - `cluster.rs`: Redis Cluster, one script per tier with reserve-and-rollback;
 //! - `ask.rs`: the workaround for fred not following ASK redirections;
@@ -48,10 +50,12 @@ mod usage;
 ///
 /// Each check is one EVALSHA of `src/store/redis/script.lua`, which trims, counts and, only if
 /// every tier has room, records the request in every tier, atomically: two instances can never
-/// both take the last slot. Each admitted request is one member, `<running total>:<cost>`: the
-/// key's running total of costs makes every member unique, so requests in the same microsecond
-/// from many instances never collapse into one entry. Every key gets a PEXPIRE of one window
-/// (plus a millisecond) at each admission, so idle keys expire on their own.
+/// both take the last slot. Checks that wait at the same moment share one EVALSHA, which decides
+/// them one after the other, each as alone (see `batch.rs`). Each admitted request is one
+/// member, unique in its key (its time, or a running total of costs: docs/REDIS.md), so requests
+/// in the same microsecond from many instances never collapse into one entry. Every key gets a
+/// PEXPIRE of one window (plus a millisecond) at each admission, so idle keys expire on their
+/// own.
 ///
 /// Once Redis has said that a request's first tier (usually the user) has no room at all,
 /// repeats of that request (same key, same cost) are denied locally, with no round trip, until

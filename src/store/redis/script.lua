@@ -11,8 +11,9 @@
 -- same moment together). Check c takes its keys and arguments from where the check before it
 -- ended:
 --   ARGV  now (microseconds since the epoch; empty: Redis TIME, read once per batch), the
---         window (µs), the cost (units this request spends), n (its tiers), b (its block keys),
---         then the limit of each tier (negative for a tier in shadow mode: it never denies)
+--         window (µs), the cost (units this request spends), n (its tiers) and b (its block
+--         keys), each a single digit, then the limit of each tier (negative for a tier in
+--         shadow mode: it never denies)
 --   KEYS  the tiers' sorted sets, most specific first (user, endpoint, global), then the
 --         block keys of the first b tiers (an operator's block: a string with an expiry)
 -- The reply holds one reply per check, in order (below).
@@ -85,8 +86,6 @@ local call, format, byte, sub, find = redis.call, string.format, string.byte, st
 local REBASE_AT = 4503599627370496 -- 2^52
 -- The check being decided (the cold paths read them).
 local now, now_s
--- Redis TIME, read by the batch's first check that asks for it: {µs, its decimal}.
-local clock
 
 -- The paths few checks take (denials, clocks that disagree, costs, rebases), made on first
 -- need: every function defined at the top level would be a new closure at every run.
@@ -110,10 +109,10 @@ local function cold_paths()
   -- Records a plain member at now under the first free name from now-k on; returns it.
   -- (Taking k from the key's count makes the first try free in a burst at one instant.)
   function c.add_plain(key, k)
-    local member = now_s .. '-' .. k
+    local member = format('%s-%d', now_s, k)
     while call('ZADD', key, 'NX', now_s, member) == 0 do
       k = k + 1
-      member = now_s .. '-' .. k
+      member = format('%s-%d', now_s, k)
     end
     return member
   end
@@ -192,306 +191,424 @@ local function cold_paths()
   return c
 end
 
+-- The batch's shared keys (see the header), made when the batch holds more than one check: a
+-- script of one check makes none of these tables and closures (each made at every run costs
+-- Redis about a thousand instructions, with the garbage collector's share).
+local hot
+local function hot_paths()
+  local h = {}
+  -- The picture of a shared key, by key:
+  --   q      the times (decimal) of the key's oldest members, in order (a prefix of the key;
+  --          all of it if whole)
+  --   h      the first of q still in the window (those before it were trimmed by the picture)
+  --   n      the key's members in the window
+  --   whole  q holds every member of the key (then the members the batch records are added)
+  --   cut    the digits of the highest cutoff the picture trimmed at that Redis has not seen
+  --   at     now_s of the last member the batch recorded in the key
+  --   max    the time of the key's newest member not held back (see h.defer; '' for none)
+  --   adds   the members held back: score, member, ...
+  --   used   the names held back at time used_at (true for the plain name, k for '-k')
+  local seen, seen_keys = {}, {}
+  -- Per shared key: how many of the batch's checks have yet to reach it.
+  local left = {}
+  -- The shared keys recorded in, in order, with the PEXPIRE of the last admission there.
+  local expire, ttl_of = {}, {}
+  -- The numbers of the batch's arguments, each read once (tonumber is glibc's strtod, and the
+  -- batch's checks repeat their windows, costs and limits).
+  local nums = {}
 
--- The digits of a plain member's name: its time, in decimal.
-local function digits(m)
-  local d = find(m, '-', 2, true)
-  if d then return sub(m, 1, d - 1) end
-  return m
-end
-
--- Whether the time named by plain member (or decimal) `m` is before the decimal integer `t`.
--- Both are written without leading zeros, so a shorter one is smaller and two of one length
--- compare as strings (a '-k' after equal digits makes `m` the greater: not before).
-local function before(m, t)
-  local d = find(m, '-', 2, true)
-  local len = d and d - 1 or #m
-  if len == #t then return m < t end
-  return len < #t
-end
-
--- The batch's picture of the shared keys (see the header), by key:
---   q      the key's oldest members, in order, as read (a prefix of the key; all of it if whole)
---   h      the first of q still in the window (those before it were trimmed by the picture)
---   n      the key's members in the window
---   whole  q holds every member of the key (then members the batch records are appended)
---   cut    the digits of the highest cutoff the picture trimmed at and Redis has not yet seen
---   at     now_s of the last member the batch recorded in the key
-local seen, seen_keys = {}, {}
--- Per shared key: how many of the batch's checks name it, then how many have yet to reach it.
-local shared, left = {}, {}
--- The shared keys recorded in, in order, with the PEXPIRE of the last admission.
-local expire, ttl_of = {}, {}
-
--- Sends the picture's pending trim of `key` and forgets the picture: Redis then holds what it
--- shows, and the next check reads the key itself.
-local function flush(key)
-  local st = seen[key]
-  if st then
-    if st.cut then call('ZREMRANGEBYSCORE', key, '-inf', '(' .. st.cut) end
-    seen[key] = nil
-  end
-end
-
--- The picture's answer for a plain key at this check: the count and the oldest entry's time
--- (-1: none), or nil when it cannot answer exactly (the caller flushes and reads the key).
-local function from_picture(st, cut_s)
-  local q, h = st.q, st.h
-  if cut_s then
-    local from = h
-    while h <= #q and before(q[h], cut_s) do h = h + 1 end
-    if h > from then
-      st.h, st.n, st.cut = h, st.n - (h - from), cut_s
+  function h.num(s)
+    local v = nums[s]
+    if not v then
+      v = tonumber(s)
+      nums[s] = v
     end
-  end
-  if st.n == 0 then return 0, -1 end
-  if h > #q then return nil end
-  local oldest = digits(q[h])
-  if before(now_s, oldest) then return nil end
-  return st.n, oldest
-end
-
--- Starts the picture of a shared plain key from its oldest members `q` and its count.
-local function picture(key, q, count)
-  seen[key] = {q = q, h = 1, n = count, whole = #q >= count}
-  seen_keys[#seen_keys + 1] = key
-end
-
--- Keeps the picture of `key` in step with `member`, just recorded at now.
-local function recorded(key, member)
-  local st = seen[key]
-  if not st then return end
-  local q = st.q
-  if st.h <= #q and before(now_s, digits(q[#q])) then
-    -- Out of order (a clock behind): the picture's order would break.
-    flush(key)
-    return
-  end
-  if st.whole then q[#q + 1] = member end
-  st.n, st.at = st.n + 1, now_s
-end
-
-
--- Decides the check whose keys start after KEYS[k] and arguments at ARGV[a]; its reply.
-local function decide(k, a)
-  if ARGV[a] == '' then
-    if not clock then
-      if redis.replicate_commands then redis.replicate_commands() end
-      local t = call('TIME')
-      local us = t[1] * 1000000 + t[2]
-      clock = {us, format('%d', us)}
-    end
-    now, now_s = clock[1], clock[2]
-  else
-    -- The client sends an integer in decimal (src/store/redis/script.rs).
-    now, now_s = tonumber(ARGV[a]), ARGV[a]
-  end
-  local window = tonumber(ARGV[a + 1])
-  local cost = tonumber(ARGV[a + 2])
-  local n = tonumber(ARGV[a + 3])
-  local b = tonumber(ARGV[a + 4])
-  local cutoff = format('(%d', now - window)
-  -- The cutoff's digits, for the pictures (none before the epoch's first window).
-  local cut_s = now >= window and sub(cutoff, 2) or nil
-
-  -- Blocks: one EXISTS over the request's block keys when it has any; PTTL only when one is set.
-  if b > 0 and call('EXISTS', unpack(KEYS, k + n + 1, k + n + b)) > 0 then
-    local first, longest = 0, 0
-    for i = 1, b do
-      local ms = call('PTTL', KEYS[k + n + i])
-      if ms > 0 then
-        if first == 0 then first = i end
-        if ms > longest then longest = ms end
-      end
-    end
-    if first > 0 then return {2, now, '', first, longest} end
+    return v
   end
 
-  local reply = {1, now, '', 0, 0, 0, 0, 0, 0, 0, 0, 0}
-  -- Per tier, for the recording pass: false (a full shadow tier: not recorded), the count (a
-  -- plain or empty key, recorded as plain for a cost of 1; negated when an entry at now is
-  -- likely), or the newest entry {member, score} of a totals key ({} for a key to be made a
-  -- totals key, {plain = true} for a plain key to become one).
-  local how = {false, false, false}
+  -- Whether decimal integer `d` is below decimal integer `t`. Both are written without leading
+  -- zeros, so a shorter one is smaller and two of one length compare as strings.
+  local function below(d, t)
+    local ld, lt = #d, #t
+    if ld == lt then return d < t end
+    return ld < lt
+  end
+  h.below = below
 
-  for i = 1, n do
-    local key = KEYS[k + i]
-    local limit = tonumber(ARGV[a + 4 + i])
-    local shadow = limit < 0
-    if shadow then limit = -limit end
-    local count, oldest, expiry, base = 0, -1, -1, 0
-    local kind
+  -- Counts this check's visit to `key`; how many checks (this one included) had yet to reach
+  -- it: more than 1 for a key the batch's picture is worth making of.
+  function h.visit(key)
     local ahead = left[key]
     if ahead then left[key] = ahead - 1 end
+    return ahead
+  end
+
+  -- Sends the picture's pending trim of `key` and forgets the picture: Redis then holds what
+  -- it shows, and the next check reads the key itself.
+  function h.flush(key)
     local st = seen[key]
     if st then
-      local c, o
-      if cost == 1 then c, o = from_picture(st, cut_s) end
-      if c and c + 1 <= limit then
-        count, oldest = c, o
-        kind = (o == now_s or st.at == now_s) and -c or c
-      else
-        flush(key)
-      end
-    end
-    if not kind then
-      call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
-      -- A costly request will want the score (a totals key's oldest entry does not name it). A
-      -- shared key reads its oldest members for the batch's picture.
-      local first
-      if cost > 1 then
-        first = call('ZRANGE', key, '0', '0', 'WITHSCORES')
-      elseif ahead and ahead > 1 then
-        first = call('ZRANGE', key, '0', format('%d', math.min(2 * ahead + 6, 128)))
-      else
-        first = call('ZRANGE', key, '0', '0')
-      end
-      local m = first[1]
-      kind = 0
-      if m == nil then
-        if cost > 1 then kind = {} end
-      elseif byte(m, 17) ~= 58 then
-        -- plain
-        count = call('ZCARD', key)
-        -- The member names the oldest entry's time: it is replied as it is (the client reads
-        -- the digits; no float is parsed here) unless it holds a '-k' suffix or may be after
-        -- now (longer, or as long and above it: decimal integers of one length compare as
-        -- strings).
-        oldest = m
-        if find(m, '-', 2, true) or #m > #now_s or (#m == #now_s and m > now_s) then
-          cold = cold or cold_paths()
-          oldest = cold.time_of(m)
-          if oldest > now then
-            cold.clamp(key, true)
-            oldest = now
-            first = nil
-          end
-        end
-        if cost > 1 then
-          kind = {plain = true}
-        elseif oldest == now_s or oldest == now then
-          kind = -count
-        else
-          kind = count
-        end
-      else
-        -- totals
-        cold = cold or cold_paths()
-        oldest = tonumber(cost > 1 and first[2] or call('ZRANGE', key, '0', '0', 'WITHSCORES')[2])
-        kind = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
-        if tonumber(kind[2]) > now then
-          cold.clamp(key, false)
-          kind[2] = now_s
-          if oldest > now then oldest = now end
-        end
-        base = cold.total_of(m) - cold.cost_of(m)
-        count = cold.total_of(kind[1]) - base
-      end
-      -- A shared plain key that has room starts the batch's picture of it.
-      if first and ahead and ahead > 1 and type(kind) == 'number' and count + 1 <= limit then
-        picture(key, first, count)
-      end
-    end
-    local full = count + cost > limit
-    if full and cost <= limit then
-      cold = cold or cold_paths()
-      local plain = type(kind) == 'number' or kind.plain
-      if plain then cold.clamp(key, true) end
-      expiry = cold.expiry(key, plain, base, count + cost - limit)
-    end
-    local r = 3 * i
-    reply[r + 1] = count
-    reply[r + 2] = oldest
-    reply[r + 3] = expiry
-    if full then
-      if not shadow then
-        reply[1] = 0
-        reply[r + 4] = nil
-        return reply
-      end
-      kind = false
-    end
-    how[i] = kind
-  end
-  reply[3 * n + 4] = nil
-
-  local ttl = format('%d', math.ceil(window / 1000) + 1)
-  for i = 1, n do
-    local key = KEYS[k + i]
-    local kind = how[i]
-    if kind then
-      local member
-      if type(kind) == 'number' then
-        -- plain, cost 1
-        local st = seen[key]
-        if st and st.cut and before(now_s, st.cut) then
-          -- Before a trim not yet sent (a clock more than a window behind): send it first.
-          flush(key)
-        end
-        if kind >= 0 and call('ZADD', key, 'NX', now_s, now_s) == 1 then
-          member = now_s
-        else
-          cold = cold or cold_paths()
-          member = cold.add_plain(key, math.abs(kind))
-        end
-        recorded(key, member)
-      else
-        flush(key)
-        cold = cold or cold_paths()
-        local total, at = cost, now
-        if kind.plain then
-          total = cold.to_totals(key) + cost
-        elseif kind[1] then
-          total = cold.total_of(kind[1]) + cost
-          at = math.max(now, tonumber(kind[2]))
-        end
-        if total > REBASE_AT then
-          local oldest = call('ZRANGE', key, '0', '0')[1]
-          local base = cold.total_of(oldest) - cold.cost_of(oldest)
-          cold.rebase(key, base)
-          total = total - base
-        end
-        member = format('%016x:%x', total, cost)
-        call('ZADD', key, format('%d', at), member)
-      end
-      if shared[key] then
-        if not ttl_of[key] then expire[#expire + 1] = key end
-        ttl_of[key] = ttl
-      else
-        call('PEXPIRE', key, ttl)
-      end
-      if reply[3] == '' then reply[3] = member end
+      h.send_adds(key)
+      if st.cut then call('ZREMRANGEBYSCORE', key, '-inf', '(' .. st.cut) end
+      seen[key] = nil
     end
   end
-  return reply
-end
 
--- The keys several checks share (only a batch of more than one check has any).
-local a, k = 1, 0
-if #ARGV > 5 + tonumber(ARGV[4]) then
+  -- Sends the members the picture of `key` holds back, in one ZADD.
+  function h.send_adds(key)
+    local st = seen[key]
+    if st and #st.adds > 0 then
+      call('ZADD', key, unpack(st.adds))
+      st.adds = {}
+    end
+  end
+
+  -- Holds back the plain member a check records at now in `key` (`kind`: see `how`) until the
+  -- picture is flushed, and names it as ZADD NX would have, one member at a time: the plain
+  -- name if free, else '-k' from k = |kind| on. That needs to know every name at now: so only
+  -- when the key had no member at now or later when its picture was made (max), and no check
+  -- of the batch held one back at a later time (used_at). Returns the member, or nil: then the
+  -- caller records it in Redis itself, after sending what is held back.
+  function h.defer(key, kind)
+    local st = seen[key]
+    if not st or not below(st.max, now_s) then return nil end
+    local used = st.used
+    if st.used_at ~= now_s then
+      if st.used_at and below(now_s, st.used_at) then return nil end
+      used = {}
+      st.used, st.used_at = used, now_s
+    end
+    local member
+    if kind >= 0 and not used[true] then
+      used[true] = true
+      member = now_s
+    else
+      local j = kind < 0 and -kind or kind
+      while used[j] do j = j + 1 end
+      used[j] = true
+      member = format('%s-%d', now_s, j)
+    end
+    local adds = st.adds
+    adds[#adds + 1] = now_s
+    adds[#adds + 1] = member
+    return member
+  end
+
+  -- The picture's answer for a plain key at this check (cost 1, `cut_s` its cutoff's digits):
+  -- the count and the oldest entry's time (-1: none), or nil when it cannot answer exactly.
+  function h.answer(key, cut_s)
+    local st = seen[key]
+    if not st then return nil end
+    local q, i = st.q, st.h
+    if cut_s then
+      local from = i
+      while i <= #q and below(q[i], cut_s) do i = i + 1 end
+      if i > from then
+        st.h, st.n, st.cut = i, st.n - (i - from), cut_s
+      end
+    end
+    if st.n == 0 then return 0, -1, false end
+    if i > #q then return nil end
+    local oldest = q[i]
+    if below(now_s, oldest) then return nil end
+    return st.n, oldest, st.at == now_s
+  end
+
+  -- Starts the picture of a shared plain key from its oldest members `q` and its count.
+  local function digits(m)
+    local d = find(m, '-', 2, true)
+    if d then return sub(m, 1, d - 1) end
+    return m
+  end
+
+  function h.picture(key, q, count)
+    for j = 1, #q do q[j] = digits(q[j]) end
+    local whole = #q >= count
+    local max = ''
+    if whole then
+      max = q[#q] or ''
+    else
+      max = digits(call('ZRANGE', key, '-1', '-1')[1])
+    end
+    seen[key] = {q = q, h = 1, n = count, whole = whole, max = max, adds = {}}
+    seen_keys[#seen_keys + 1] = key
+  end
+
+  -- Before a member is recorded at now in `key`: sends a pending trim it would fall under (a
+  -- clock more than a window behind).
+  function h.before_record(key)
+    local st = seen[key]
+    if st and st.cut and below(now_s, st.cut) then h.flush(key) end
+  end
+
+  -- Keeps the picture of `key` in step with a member just recorded at now, and the key's
+  -- PEXPIRE (`ttl`) for the batch's end.
+  function h.recorded(key, ttl, held)
+    if not ttl_of[key] then expire[#expire + 1] = key end
+    ttl_of[key] = ttl
+    local st = seen[key]
+    if not st then return end
+    if not held and below(st.max, now_s) then st.max = now_s end
+    local q = st.q
+    if st.h <= #q and below(now_s, q[#q]) then
+      -- Out of order (a clock behind): the picture's order would break.
+      h.flush(key)
+      return
+    end
+    if st.whole then q[#q + 1] = now_s end
+    st.n, st.at = st.n + 1, now_s
+  end
+
+  -- Whether `key` is shared (its PEXPIRE waits for the batch's end).
+  function h.shared(key)
+    return left[key] ~= nil
+  end
+
+  -- The batch's end: what the pictures trimmed, then the shared keys' expiry.
+  function h.finish()
+    for _, key in ipairs(seen_keys) do h.flush(key) end
+    for _, key in ipairs(expire) do call('PEXPIRE', key, ttl_of[key]) end
+  end
+
+  -- Which keys several checks name, and whether any block key of the batch exists (Redis
+  -- only: else no check needs to ask for its own).
+  local a, k, blocks = 1, 0, {}
   while a <= #ARGV do
-    local n = tonumber(ARGV[a + 3])
+    local n, b = byte(ARGV[a + 3]) - 48, byte(ARGV[a + 4]) - 48
     for i = 1, n do
       local key = KEYS[k + i]
       left[key] = (left[key] or 0) + 1
     end
-    k = k + n + tonumber(ARGV[a + 4])
+    for i = k + n + 1, k + n + b do blocks[#blocks + 1] = KEYS[i] end
+    k = k + n + b
     a = a + 5 + n
   end
   for key, uses in pairs(left) do
-    if uses > 1 then shared[key] = true else left[key] = nil end
+    if uses < 2 then left[key] = nil end
   end
-  a, k = 1, 0
+  h.blocks = #blocks > 0 and call('EXISTS', unpack(blocks)) > 0
+  return h
 end
 
-local replies = {}
+-- The checks, in order. A batch of one check is answered with its reply; a larger batch with
+-- the list of its checks' replies.
+-- (A check's n and b are single digits: read as bytes, not by strtod.)
+local replies
+if #ARGV > 5 + byte(ARGV[4]) - 48 then
+  hot = hot_paths()
+  replies = {}
+end
+local number = hot and hot.num or tonumber
+-- Redis TIME, read once per batch when a check asks for it; its decimal.
+local clock, clock_s
+-- Per tier, for the recording pass: false (a full shadow tier: not recorded), the count (a
+-- plain or empty key, recorded as plain for a cost of 1; negated when an entry at now is
+-- likely), or the newest entry {member, score} of a totals key ({} for a key to be made a
+-- totals key, {plain = true} for a plain key to become one).
+local how = {false, false, false}
+local a, k = 1, 0
+local reply
 while a <= #ARGV do
-  replies[#replies + 1] = decide(k, a)
-  local n = tonumber(ARGV[a + 3])
-  k = k + n + tonumber(ARGV[a + 4])
+  local n, b = byte(ARGV[a + 3]) - 48, byte(ARGV[a + 4]) - 48
+  repeat
+    if ARGV[a] == '' then
+      if not clock then
+        if redis.replicate_commands then redis.replicate_commands() end
+        local t = call('TIME')
+        clock = t[1] * 1000000 + t[2]
+        clock_s = format('%d', clock)
+      end
+      now, now_s = clock, clock_s
+    else
+      -- The client sends an integer in decimal (src/store/redis/script.rs).
+      now, now_s = tonumber(ARGV[a]), ARGV[a]
+    end
+    local window = number(ARGV[a + 1])
+    local cost = number(ARGV[a + 2])
+    local cutoff = format('(%d', now - window)
+    -- The cutoff's digits, for the pictures (none within the epoch's first window).
+    local cut_s = hot and now >= window and sub(cutoff, 2) or nil
+
+    -- Blocks: one EXISTS over the request's block keys when it has any; PTTL only when one is
+    -- set.
+    if b > 0 and (not hot or hot.blocks) and call('EXISTS', unpack(KEYS, k + n + 1, k + n + b)) > 0 then
+      local first, longest = 0, 0
+      for i = 1, b do
+        local ms = call('PTTL', KEYS[k + n + i])
+        if ms > 0 then
+          if first == 0 then first = i end
+          if ms > longest then longest = ms end
+        end
+      end
+      if first > 0 then
+        reply = {2, now, '', first, longest}
+        break
+      end
+    end
+
+    reply = {1, now, '', 0, 0, 0, 0, 0, 0, 0, 0, 0}
+    for i = 1, n do
+      local key = KEYS[k + i]
+      local limit = number(ARGV[a + 4 + i])
+      local shadow = limit < 0
+      if shadow then limit = -limit end
+      local count, oldest, expiry, base = 0, -1, -1, 0
+      local kind, ahead
+      if hot then
+        ahead = hot.visit(key)
+        if ahead then
+          -- A shared key: the batch's picture answers if it can, else Redis does.
+          local c, o, taken
+          if cost == 1 then c, o, taken = hot.answer(key, cut_s) end
+          if c and c + 1 <= limit then
+            count, oldest = c, o
+            kind = (taken or o == now_s) and -c or c
+          else
+            hot.flush(key)
+          end
+        end
+      end
+      if not kind then
+        call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
+        -- A costly request will want the score (a totals key's oldest entry does not name it).
+        -- A key more checks of the batch will reach reads its oldest members for the picture.
+        -- (Every member read costs Redis a Lua string: a picture reads about one for each
+        -- check still to come, and needs no ZCARD when that is the whole key.)
+        local first, want
+        if cost > 1 then
+          first = call('ZRANGE', key, '0', '0', 'WITHSCORES')
+        elseif ahead and ahead > 1 then
+          want = math.min(ahead + 3, 67)
+          first = call('ZRANGE', key, '0', format('%d', want - 1))
+        else
+          first = call('ZRANGE', key, '0', '0')
+        end
+        local m = first[1]
+        kind = 0
+        if m == nil then
+          if cost > 1 then kind = {} end
+        elseif byte(m, 17) ~= 58 then
+          -- plain
+          count = want and #first < want and #first or call('ZCARD', key)
+          -- The member names the oldest entry's time: it is replied as it is (the client reads
+          -- the digits; no float is parsed here) unless it holds a '-k' suffix or may be after
+          -- now (longer, or as long and above it: decimal integers of one length compare as
+          -- strings).
+          oldest = m
+          if find(m, '-', 2, true) or #m > #now_s or (#m == #now_s and m > now_s) then
+            cold = cold or cold_paths()
+            oldest = cold.time_of(m)
+            if oldest > now then
+              cold.clamp(key, true)
+              oldest = now
+              first = nil
+            end
+          end
+          if cost > 1 then
+            kind = {plain = true}
+          elseif oldest == now_s or oldest == now then
+            kind = -count
+          else
+            kind = count
+          end
+        else
+          -- totals
+          cold = cold or cold_paths()
+          oldest = tonumber(cost > 1 and first[2] or call('ZRANGE', key, '0', '0', 'WITHSCORES')[2])
+          kind = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+          if tonumber(kind[2]) > now then
+            cold.clamp(key, false)
+            kind[2] = now_s
+            if oldest > now then oldest = now end
+          end
+          base = cold.total_of(m) - cold.cost_of(m)
+          count = cold.total_of(kind[1]) - base
+        end
+        -- A plain key more checks will reach, with room, starts the batch's picture of it.
+        if first and ahead and ahead > 1 and type(kind) == 'number' and count + 1 <= limit then
+          hot.picture(key, first, count)
+        end
+      end
+      local full = count + cost > limit
+      if full and cost <= limit then
+        cold = cold or cold_paths()
+        local plain = type(kind) == 'number' or kind.plain
+        if plain then cold.clamp(key, true) end
+        expiry = cold.expiry(key, plain, base, count + cost - limit)
+      end
+      local r = 3 * i
+      reply[r + 1] = count
+      reply[r + 2] = oldest
+      reply[r + 3] = expiry
+      if full then
+        if not shadow then
+          reply[1] = 0
+          reply[r + 4] = nil
+          break
+        end
+        kind = false
+      end
+      how[i] = kind
+    end
+    if reply[1] == 0 then break end
+    reply[3 * n + 4] = nil
+
+    local ttl = format('%d', math.ceil(window / 1000) + 1)
+    for i = 1, n do
+      local key = KEYS[k + i]
+      local kind = how[i]
+      if kind then
+        local member, held
+        if type(kind) == 'number' then
+          -- plain, cost 1
+          if hot then
+            hot.before_record(key)
+            member = hot.defer(key, kind)
+            held = member
+            if not member then hot.send_adds(key) end
+          end
+          if member then
+            -- held back by the batch's picture
+          elseif kind >= 0 and call('ZADD', key, 'NX', now_s, now_s) == 1 then
+            member = now_s
+          else
+            cold = cold or cold_paths()
+            member = cold.add_plain(key, math.abs(kind))
+          end
+        else
+          if hot then hot.flush(key) end
+          cold = cold or cold_paths()
+          local total, at = cost, now
+          if kind.plain then
+            total = cold.to_totals(key) + cost
+          elseif kind[1] then
+            total = cold.total_of(kind[1]) + cost
+            at = math.max(now, tonumber(kind[2]))
+          end
+          if total > REBASE_AT then
+            local oldest = call('ZRANGE', key, '0', '0')[1]
+            local base = cold.total_of(oldest) - cold.cost_of(oldest)
+            cold.rebase(key, base)
+            total = total - base
+          end
+          member = format('%016x:%x', total, cost)
+          call('ZADD', key, format('%d', at), member)
+        end
+        if hot and hot.shared(key) then
+          hot.recorded(key, ttl, held)
+        else
+          call('PEXPIRE', key, ttl)
+        end
+        if reply[3] == '' then reply[3] = member end
+      end
+    end
+  until true
+  if replies then replies[#replies + 1] = reply end
+  k = k + n + b
   a = a + 5 + n
 end
--- What the pictures trimmed, then the shared keys' expiry.
-for _, key in ipairs(seen_keys) do flush(key) end
-for _, key in ipairs(expire) do call('PEXPIRE', key, ttl_of[key]) end
-return replies
+if hot then
+  hot.finish()
+  return replies
+end
+return reply

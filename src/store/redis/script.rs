@@ -53,18 +53,6 @@ pub(super) fn with_blocks(check: &[String], blocks: usize) -> Vec<String> {
     args
 }
 
-/// The reply of the one check of a batch (`reply`: the script's reply, one reply per check).
-pub(super) fn only_check(reply: Vec<Value>) -> Result<Vec<Value>, StoreError> {
-    match <[Value; 1]>::try_from(reply) {
-        Ok([Value::Array(one)]) => Ok(one),
-        Ok([other]) => Err(unexpected(&other)),
-        Err(reply) => Err(StoreError::new(format!(
-            "the rate limit script answered {} checks of 1",
-            reply.len()
-        ))),
-    }
-}
-
 /// The reply of one check, as a list (`reply`: its part of the script's reply).
 pub(super) fn check_reply(reply: Value) -> Result<Vec<Value>, StoreError> {
     match reply {
