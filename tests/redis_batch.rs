@@ -84,7 +84,13 @@ fn generate(seed: u64) -> Sequence {
         1 => 100_000_000 - window - rng.below(2 * window),
         _ => rng.below(window / 2),
     };
-    let limits = [1 + rng.below(3), 1 + rng.below(8), 2 + rng.below(12)];
+    // Small limits fill the tiers (full tiers, expiries); large ones keep room, so that the
+    // batch's pictures answer and hold members back.
+    let limits = if rng.chance(50) {
+        [1 + rng.below(3), 1 + rng.below(8), 2 + rng.below(12)]
+    } else {
+        [5 + rng.below(20), 40 + rng.below(100), 60 + rng.below(200)]
+    };
     let mut recorded: Vec<u64> = Vec::new();
     let mut batches = Vec::new();
     for _ in 0..40 {
@@ -100,11 +106,12 @@ fn generate(seed: u64) -> Sequence {
             _ => 5 + rng.below(20),
         };
         let mut checks = Vec::new();
+        let mut this_batch: Vec<u64> = Vec::new();
         for _ in 0..size {
             // The next time: a small step, none (the same microsecond), back a little, or to
             // the edge of the window of an entry already recorded (exactly, or 1 µs either side).
-            now = match rng.below(12) {
-                0 => now,
+            now = match rng.below(14) {
+                0 | 12 | 13 => now,
                 1 => now.saturating_sub(1 + rng.below(3)),
                 // A clock stepped back by a window or more (another instance's, say).
                 10 => now.saturating_sub(this_window_of(window, &mut rng)),
@@ -113,6 +120,10 @@ fn generate(seed: u64) -> Sequence {
                     (at + window + rng.below(3)).saturating_sub(1).max(now)
                 }
                 3 => now + window + rng.below(2),
+                // Back to a time this batch has seen (a clock behind, then ahead again).
+                4 if !this_batch.is_empty() => {
+                    this_batch[rng.below(this_batch.len() as u64) as usize]
+                }
                 _ => now + rng.below(window / 3 + 1),
             };
             let this_window = if rng.chance(5) { window * 2 } else { window };
@@ -155,6 +166,7 @@ fn generate(seed: u64) -> Sequence {
             }
             keys.extend(block_keys);
             recorded.push(now);
+            this_batch.push(now);
             checks.push(Check { keys, args });
         }
         batches.push((blocks, checks));

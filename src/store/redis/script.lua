@@ -268,7 +268,9 @@ local function hot_paths()
   -- name if free, else '-k' from k = |kind| on. That needs to know every name at now: so only
   -- when the key had no member at now or later when its picture was made (max), and no check
   -- of the batch held one back at a later time (used_at). Returns the member, or nil: then the
-  -- caller records it in Redis itself, after sending what is held back.
+  -- caller records it in Redis itself, after sending what is held back. (Such a member, at a
+  -- time at or below max or below used_at, can never share its time with one held back
+  -- later: used_at only grows.)
   function h.defer(key, kind)
     local st = seen[key]
     if not st or not below(st.max, now_s) then return nil end
@@ -343,12 +345,11 @@ local function hot_paths()
 
   -- Keeps the picture of `key` in step with a member just recorded at now, and the key's
   -- PEXPIRE (`ttl`) for the batch's end.
-  function h.recorded(key, ttl, held)
+  function h.recorded(key, ttl)
     if not ttl_of[key] then expire[#expire + 1] = key end
     ttl_of[key] = ttl
     local st = seen[key]
     if not st then return end
-    if not held and below(st.max, now_s) then st.max = now_s end
     local q = st.q
     if st.h <= #q and below(now_s, q[#q]) then
       -- Out of order (a clock behind): the picture's order would break.
@@ -392,11 +393,14 @@ end
 
 -- The checks, in order. A batch of one check is answered with its reply; a larger batch with
 -- the list of its checks' replies.
--- (A check's n and b are single digits: read as bytes, not by strtod.)
+-- (A check's n and b are single digits: read as bytes, not by strtod.) The shared keys'
+-- pictures cost a batch about as much as four checks save with them (tables, closures, the
+-- pictures' reads): a batch of fewer than about eight checks (48 arguments) decides each as
+-- alone.
 local replies
 if #ARGV > 5 + byte(ARGV[4]) - 48 then
-  hot = hot_paths()
   replies = {}
+  if #ARGV >= 48 then hot = hot_paths() end
 end
 local number = hot and hot.num or tonumber
 -- Redis TIME, read once per batch when a check asks for it; its decimal.
@@ -558,13 +562,12 @@ while a <= #ARGV do
       local key = KEYS[k + i]
       local kind = how[i]
       if kind then
-        local member, held
+        local member
         if type(kind) == 'number' then
           -- plain, cost 1
           if hot then
             hot.before_record(key)
             member = hot.defer(key, kind)
-            held = member
             if not member then hot.send_adds(key) end
           end
           if member then
@@ -595,7 +598,7 @@ while a <= #ARGV do
           call('ZADD', key, format('%d', at), member)
         end
         if hot and hot.shared(key) then
-          hot.recorded(key, ttl, held)
+          hot.recorded(key, ttl)
         else
           call('PEXPIRE', key, ttl)
         end
@@ -607,8 +610,5 @@ while a <= #ARGV do
   k = k + n + b
   a = a + 5 + n
 end
-if hot then
-  hot.finish()
-  return replies
-end
-return reply
+if hot then hot.finish() end
+return replies or reply
