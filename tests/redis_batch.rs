@@ -14,33 +14,13 @@
 
 mod common;
 
+use common::rng::{env_u64, Rng};
 use common::RedisServer;
 use fred::prelude::{Builder, Client, ClientLike, Config, KeysInterface, SortedSetsInterface};
 use fred::types::scripts::Script;
 use fred::types::Value;
 
 const SOURCE: &str = include_str!("../src/store/redis/script.lua");
-
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
 
 /// One check: its script keys and arguments (see `script.lua`).
 #[derive(Clone, Debug)]
@@ -86,7 +66,7 @@ fn generate(seed: u64) -> Sequence {
     };
     // Small limits fill the tiers (full tiers, expiries); large ones keep room, so that the
     // batch's pictures answer and hold members back.
-    let limits = if rng.chance(50) {
+    let limits = if rng.percent(50) {
         [1 + rng.below(3), 1 + rng.below(8), 2 + rng.below(12)]
     } else {
         [5 + rng.below(20), 40 + rng.below(100), 60 + rng.below(200)]
@@ -96,9 +76,9 @@ fn generate(seed: u64) -> Sequence {
     for _ in 0..40 {
         // An operator blocks (for longer than the test runs) or unblocks a user or /x.
         let mut blocks = Vec::new();
-        if rng.chance(8) {
+        if rng.percent(8) {
             let key = [USERS[rng.below(3) as usize], ENDPOINTS[0]][rng.below(2) as usize];
-            blocks.push((block_of(key), rng.chance(50)));
+            blocks.push((block_of(key), rng.percent(50)));
         }
         let size = match rng.below(4) {
             0 => 1,
@@ -126,20 +106,20 @@ fn generate(seed: u64) -> Sequence {
                 }
                 _ => now + rng.below(window / 3 + 1),
             };
-            let this_window = if rng.chance(5) { window * 2 } else { window };
-            let cost = if rng.chance(10) { 2 + rng.below(3) } else { 1 };
+            let this_window = if rng.percent(5) { window * 2 } else { window };
+            let cost = if rng.percent(10) { 2 + rng.below(3) } else { 1 };
             let mut tiers: Vec<(&str, u64)> = Vec::new();
-            if rng.chance(85) {
+            if rng.percent(85) {
                 tiers.push((USERS[rng.below(3) as usize], limits[0]));
             }
-            if rng.chance(90) {
+            if rng.percent(90) {
                 tiers.push((ENDPOINTS[(rng.below(5) == 0) as usize], limits[1]));
             }
-            if rng.chance(90) || tiers.is_empty() {
+            if rng.percent(90) || tiers.is_empty() {
                 tiers.push((GLOBAL, limits[2]));
             }
             let mut keys: Vec<String> = tiers.iter().map(|t| t.0.to_owned()).collect();
-            let with_blocks = rng.chance(50);
+            let with_blocks = rng.percent(50);
             let block_keys: Vec<String> = if with_blocks {
                 tiers
                     .iter()
@@ -157,7 +137,7 @@ fn generate(seed: u64) -> Sequence {
                 block_keys.len().to_string(),
             ];
             for (_, limit) in &tiers {
-                let shadow = rng.chance(10);
+                let shadow = rng.percent(10);
                 args.push(if shadow {
                     format!("-{limit}")
                 } else {
@@ -296,14 +276,6 @@ fn same_block(a: &[String], b: &[String]) -> bool {
         && a[0] == "2"
         && a[..4] == b[..4]
         && matches!((ms(a), ms(b)), (Some(x), Some(y)) if (x - y).abs() < 2_000)
-}
-
-fn env_u64(name: &str) -> Option<u64> {
-    let v = std::env::var(name).ok()?;
-    match v.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16).ok(),
-        None => v.parse().ok(),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
