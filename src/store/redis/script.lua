@@ -316,13 +316,15 @@ local function hot_paths()
     return st.n, oldest, st.at == now_s
   end
 
-  -- Starts the picture of a shared plain key from its oldest members `q` and its count.
+  -- The digits of a plain member's name: its time, in decimal.
   local function digits(m)
     local d = find(m, '-', 2, true)
     if d then return sub(m, 1, d - 1) end
     return m
   end
 
+  -- Starts the picture of a shared plain key from its oldest members `q` and its count (and
+  -- reads its newest member, unless `q` is the whole key).
   function h.picture(key, q, count)
     for j = 1, #q do q[j] = digits(q[j]) end
     local whole = #q >= count
