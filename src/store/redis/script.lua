@@ -191,33 +191,37 @@ local function cold_paths()
   return c
 end
 
--- The batch's shared keys (see the header), made when the batch holds more than one check: a
--- script of one check makes none of these tables and closures (each made at every run costs
--- Redis about a thousand instructions, with the garbage collector's share).
-local hot
-local function hot_paths()
-  local h = {}
-  -- The picture of a shared key, by key:
-  --   q      the times (decimal) of the key's oldest members, in order (a prefix of the key;
-  --          all of it if whole)
-  --   h      the first of q still in the window (those before it were trimmed by the picture)
-  --   n      the key's members in the window
-  --   whole  q holds every member of the key (then the members the batch records are added)
-  --   cut    the digits of the highest cutoff the picture trimmed at that Redis has not seen
-  --   at     now_s of the last member the batch recorded in the key
-  --   max    the time of the key's newest member not held back (see h.defer; '' for none)
-  --   adds   the members held back: score, member, ...
-  --   used   the names held back at time used_at (true for the plain name, k for '-k')
-  local seen, seen_keys = {}, {}
-  -- Per shared key: how many of the batch's checks have yet to reach it.
-  local left = {}
-  -- The shared keys recorded in, in order, with the PEXPIRE of the last admission there.
-  local expire, ttl_of = {}, {}
-  -- The numbers of the batch's arguments, each read once (tonumber is glibc's strtod, and the
-  -- batch's checks repeat their windows, costs and limits).
+-- The batch's shared keys (see the header). Only a batch of about four checks or more (32
+-- arguments) makes these tables and closures: each made at a run costs Redis about a thousand
+-- instructions, with the garbage collector's share, and a smaller batch decides each check as
+-- alone (with pictures, a batch of 2 cost 202k instructions a check against 175k without). A shared key (one several of the batch's checks name) has, in `shared`:
+--   left   how many of the batch's checks have yet to reach it
+--   ttl    the PEXPIRE of its last admission in the batch, sent at the batch's end
+--   pic    its picture, or nil:
+--     q        the times (decimal) of the key's oldest members, in order (a prefix of the key;
+--              all of it if whole)
+--     h        the first of q still in the window (those before it were trimmed here)
+--     n        the key's members in the window
+--     whole    q holds every member of the key (then the members the batch records are added)
+--     cut      the digits of the highest cutoff the picture trimmed at that Redis has not seen
+--     at       now_s of the last member the batch recorded in the key
+--     max      the time of the key's newest member when the picture was made ('' for none)
+--     adds     the members held back: score, member, ...
+--     used     the names held back at time used_at (true: the plain name; k: '-k')
+local shared, order, number, below, flush, picture
+-- Whether a check must ask for its own block keys (a batch asks for all of them at once).
+local blocks = true
+-- (A check's n and b are single digits: read as bytes, not by strtod.)
+local replies
+if #ARGV > 5 + byte(ARGV[4]) - 48 then
+  replies = {}
+end
+if #ARGV >= 32 then
+  shared, order = {}, {}
+  -- The numbers of the batch's arguments, each read once (tonumber is glibc's strtod, and
+  -- the batch's checks repeat their windows, costs and limits).
   local nums = {}
-
-  function h.num(s)
+  number = function(s)
     local v = nums[s]
     if not v then
       v = tonumber(s)
@@ -226,185 +230,61 @@ local function hot_paths()
     return v
   end
 
-  -- Whether decimal integer `d` is below decimal integer `t`. Both are written without leading
-  -- zeros, so a shorter one is smaller and two of one length compare as strings.
-  local function below(d, t)
+  -- Whether decimal integer `d` is below decimal integer `t`. Both are written without
+  -- leading zeros, so a shorter one is smaller and two of one length compare as strings.
+  below = function(d, t)
     local ld, lt = #d, #t
     if ld == lt then return d < t end
     return ld < lt
   end
-  h.below = below
 
-  -- Counts this check's visit to `key`; how many checks (this one included) had yet to reach
-  -- it: more than 1 for a key the batch's picture is worth making of.
-  function h.visit(key)
-    local ahead = left[key]
-    if ahead then left[key] = ahead - 1 end
-    return ahead
-  end
-
-  -- Sends the picture's pending trim of `key` and forgets the picture: Redis then holds what
-  -- it shows, and the next check reads the key itself.
-  function h.flush(key)
-    local st = seen[key]
-    if st then
-      h.send_adds(key)
-      if st.cut then call('ZREMRANGEBYSCORE', key, '-inf', '(' .. st.cut) end
-      seen[key] = nil
+  -- Sends what the picture of `key` (`s`: its entry) holds back and its pending trim, and
+  -- forgets the picture: Redis then holds what it showed, and the next check reads the key.
+  flush = function(key, s)
+    local pic = s.pic
+    if pic then
+      if #pic.adds > 0 then call('ZADD', key, unpack(pic.adds)) end
+      if pic.cut then call('ZREMRANGEBYSCORE', key, '-inf', '(' .. pic.cut) end
+      s.pic = nil
     end
   end
 
-  -- Sends the members the picture of `key` holds back, in one ZADD.
-  function h.send_adds(key)
-    local st = seen[key]
-    if st and #st.adds > 0 then
-      call('ZADD', key, unpack(st.adds))
-      st.adds = {}
+  -- Starts the picture of shared plain key `key` from its oldest members `q` and its count
+  -- (and reads its newest member, unless `q` is the whole key).
+  picture = function(key, s, q, count)
+    for j = 1, #q do
+      local d = find(q[j], '-', 2, true)
+      if d then q[j] = sub(q[j], 1, d - 1) end
     end
-  end
-
-  -- Holds back the plain member a check records at now in `key` (`kind`: see `how`) until the
-  -- picture is flushed, and names it as ZADD NX would have, one member at a time: the plain
-  -- name if free, else '-k' from k = |kind| on. That needs to know every name at now: so only
-  -- when the key had no member at now or later when its picture was made (max), and no check
-  -- of the batch held one back at a later time (used_at). Returns the member, or nil: then the
-  -- caller records it in Redis itself, after sending what is held back. (Such a member, at a
-  -- time at or below max or below used_at, can never share its time with one held back
-  -- later: used_at only grows.)
-  function h.defer(key, kind)
-    local st = seen[key]
-    if not st or not below(st.max, now_s) then return nil end
-    local used = st.used
-    if st.used_at ~= now_s then
-      if st.used_at and below(now_s, st.used_at) then return nil end
-      used = {}
-      st.used, st.used_at = used, now_s
-    end
-    local member
-    if kind >= 0 and not used[true] then
-      used[true] = true
-      member = now_s
-    else
-      local j = kind < 0 and -kind or kind
-      while used[j] do j = j + 1 end
-      used[j] = true
-      member = format('%s-%d', now_s, j)
-    end
-    local adds = st.adds
-    adds[#adds + 1] = now_s
-    adds[#adds + 1] = member
-    return member
-  end
-
-  -- The picture's answer for a plain key at this check (cost 1, `cut_s` its cutoff's digits):
-  -- the count and the oldest entry's time (-1: none), or nil when it cannot answer exactly.
-  function h.answer(key, cut_s)
-    local st = seen[key]
-    if not st then return nil end
-    local q, i = st.q, st.h
-    if cut_s then
-      local from = i
-      while i <= #q and below(q[i], cut_s) do i = i + 1 end
-      if i > from then
-        st.h, st.n, st.cut = i, st.n - (i - from), cut_s
-      end
-    end
-    if st.n == 0 then return 0, -1, false end
-    if i > #q then return nil end
-    local oldest = q[i]
-    if below(now_s, oldest) then return nil end
-    return st.n, oldest, st.at == now_s
-  end
-
-  -- The digits of a plain member's name: its time, in decimal.
-  local function digits(m)
-    local d = find(m, '-', 2, true)
-    if d then return sub(m, 1, d - 1) end
-    return m
-  end
-
-  -- Starts the picture of a shared plain key from its oldest members `q` and its count (and
-  -- reads its newest member, unless `q` is the whole key).
-  function h.picture(key, q, count)
-    for j = 1, #q do q[j] = digits(q[j]) end
     local whole = #q >= count
-    local max = ''
-    if whole then
-      max = q[#q] or ''
-    else
-      max = digits(call('ZRANGE', key, '-1', '-1')[1])
+    local max = q[#q] or ''
+    if not whole then
+      max = call('ZRANGE', key, '-1', '-1')[1]
+      local d = find(max, '-', 2, true)
+      if d then max = sub(max, 1, d - 1) end
     end
-    seen[key] = {q = q, h = 1, n = count, whole = whole, max = max, adds = {}}
-    seen_keys[#seen_keys + 1] = key
+    s.pic = {q = q, h = 1, n = count, whole = whole, max = max, adds = {}}
   end
 
-  -- Before a member is recorded at now in `key`: sends a pending trim it would fall under (a
-  -- clock more than a window behind).
-  function h.before_record(key)
-    local st = seen[key]
-    if st and st.cut and below(now_s, st.cut) then h.flush(key) end
-  end
-
-  -- Keeps the picture of `key` in step with a member just recorded at now, and the key's
-  -- PEXPIRE (`ttl`) for the batch's end.
-  function h.recorded(key, ttl)
-    if not ttl_of[key] then expire[#expire + 1] = key end
-    ttl_of[key] = ttl
-    local st = seen[key]
-    if not st then return end
-    local q = st.q
-    if st.h <= #q and below(now_s, q[#q]) then
-      -- Out of order (a clock behind): the picture's order would break.
-      h.flush(key)
-      return
-    end
-    if st.whole then q[#q + 1] = now_s end
-    st.n, st.at = st.n + 1, now_s
-  end
-
-  -- Whether `key` is shared (its PEXPIRE waits for the batch's end).
-  function h.shared(key)
-    return left[key] ~= nil
-  end
-
-  -- The batch's end: what the pictures trimmed, then the shared keys' expiry.
-  function h.finish()
-    for _, key in ipairs(seen_keys) do h.flush(key) end
-    for _, key in ipairs(expire) do call('PEXPIRE', key, ttl_of[key]) end
-  end
-
-  -- Which keys several checks name, and whether any block key of the batch exists (Redis
-  -- only: else no check needs to ask for its own).
-  local a, k, blocks = 1, 0, {}
+  -- Which keys several checks name, and the batch's block keys: one EXISTS for them all.
+  local a, k, uses, keys = 1, 0, {}, {}
   while a <= #ARGV do
     local n, b = byte(ARGV[a + 3]) - 48, byte(ARGV[a + 4]) - 48
-    for i = 1, n do
-      local key = KEYS[k + i]
-      left[key] = (left[key] or 0) + 1
+    for i = k + 1, k + n do
+      local key = KEYS[i]
+      local u = (uses[key] or 0) + 1
+      uses[key] = u
+      if u == 2 then order[#order + 1] = key end
     end
-    for i = k + n + 1, k + n + b do blocks[#blocks + 1] = KEYS[i] end
+    for i = k + n + 1, k + n + b do keys[#keys + 1] = KEYS[i] end
     k = k + n + b
     a = a + 5 + n
   end
-  for key, uses in pairs(left) do
-    if uses < 2 then left[key] = nil end
-  end
-  h.blocks = #blocks > 0 and call('EXISTS', unpack(blocks)) > 0
-  return h
+  for _, key in ipairs(order) do shared[key] = {left = uses[key]} end
+  blocks = #keys > 0 and call('EXISTS', unpack(keys)) > 0
+else
+  number = tonumber
 end
-
--- The checks, in order. A batch of one check is answered with its reply; a larger batch with
--- the list of its checks' replies.
--- (A check's n and b are single digits: read as bytes, not by strtod.) The shared keys'
--- pictures cost a batch about as much as four checks save with them (tables, closures, the
--- pictures' reads): a batch of fewer than about eight checks (48 arguments) decides each as
--- alone.
-local replies
-if #ARGV > 5 + byte(ARGV[4]) - 48 then
-  replies = {}
-  if #ARGV >= 48 then hot = hot_paths() end
-end
-local number = hot and hot.num or tonumber
 -- Redis TIME, read once per batch when a check asks for it; its decimal.
 local clock, clock_s
 -- Per tier, for the recording pass: false (a full shadow tier: not recorded), the count (a
@@ -433,11 +313,11 @@ while a <= #ARGV do
     local cost = number(ARGV[a + 2])
     local cutoff = format('(%d', now - window)
     -- The cutoff's digits, for the pictures (none within the epoch's first window).
-    local cut_s = hot and now >= window and sub(cutoff, 2) or nil
+    local cut_s = shared and now >= window and sub(cutoff, 2) or nil
 
     -- Blocks: one EXISTS over the request's block keys when it has any; PTTL only when one is
     -- set.
-    if b > 0 and (not hot or hot.blocks) and call('EXISTS', unpack(KEYS, k + n + 1, k + n + b)) > 0 then
+    if b > 0 and blocks and call('EXISTS', unpack(KEYS, k + n + 1, k + n + b)) > 0 then
       local first, longest = 0, 0
       for i = 1, b do
         local ms = call('PTTL', KEYS[k + n + i])
@@ -460,17 +340,33 @@ while a <= #ARGV do
       if shadow then limit = -limit end
       local count, oldest, expiry, base = 0, -1, -1, 0
       local kind, ahead
-      if hot then
-        ahead = hot.visit(key)
-        if ahead then
-          -- A shared key: the batch's picture answers if it can, else Redis does.
+      local sk = shared and shared[key]
+      if sk then
+        ahead = sk.left
+        sk.left = ahead - 1
+        local pic = sk.pic
+        if pic then
+          -- The batch's picture answers if it can (cost 1, the oldest entry known and not
+          -- from the future, room left), else Redis does.
           local c, o, taken
-          if cost == 1 then c, o, taken = hot.answer(key, cut_s) end
+          if cost == 1 then
+            local q, h = pic.q, pic.h
+            if cut_s then
+              local from = h
+              while h <= #q and below(q[h], cut_s) do h = h + 1 end
+              if h > from then pic.h, pic.n, pic.cut = h, pic.n - (h - from), cut_s end
+            end
+            if pic.n == 0 then
+              c, o = 0, -1
+            elseif h <= #q and not below(now_s, q[h]) then
+              c, o, taken = pic.n, q[h], pic.at == now_s
+            end
+          end
           if c and c + 1 <= limit then
             count, oldest = c, o
             kind = (taken or o == now_s) and -c or c
           else
-            hot.flush(key)
+            flush(key, sk)
           end
         end
       end
@@ -532,7 +428,7 @@ while a <= #ARGV do
         end
         -- A plain key more checks will reach, with room, starts the batch's picture of it.
         if first and ahead and ahead > 1 and type(kind) == 'number' and count + 1 <= limit then
-          hot.picture(key, first, count)
+          picture(key, sk, first, count)
         end
       end
       local full = count + cost > limit
@@ -565,23 +461,57 @@ while a <= #ARGV do
       local kind = how[i]
       if kind then
         local member
+        local sk = shared and shared[key]
+        local pic = sk and sk.pic
         if type(kind) == 'number' then
           -- plain, cost 1
-          if hot then
-            hot.before_record(key)
-            member = hot.defer(key, kind)
-            if not member then hot.send_adds(key) end
+          if pic and pic.cut and below(now_s, pic.cut) then
+            -- Before a trim the picture has not sent (a clock more than a window behind).
+            flush(key, sk)
+            pic = nil
+          end
+          if pic and below(pic.max, now_s) then
+            -- Held back and named as ZADD NX would, one member at a time: the plain name if
+            -- free, else '-k' from k = |kind| on. That needs every name at now to be the
+            -- batch's: so only when the key had nothing at now or later when the picture was
+            -- made (max), and no member was held back at a later time (used_at only grows; a
+            -- member recorded in Redis instead is at or below max, or below used_at).
+            local used = pic.used
+            if pic.used_at ~= now_s and not (pic.used_at and below(now_s, pic.used_at)) then
+              used = {}
+              pic.used, pic.used_at = used, now_s
+            end
+            if pic.used_at == now_s then
+              if kind >= 0 and not used[true] then
+                used[true] = true
+                member = now_s
+              else
+                local j = kind < 0 and -kind or kind
+                while used[j] do j = j + 1 end
+                used[j] = true
+                member = format('%s-%d', now_s, j)
+              end
+              local adds = pic.adds
+              adds[#adds + 1] = now_s
+              adds[#adds + 1] = member
+            end
           end
           if member then
-            -- held back by the batch's picture
-          elseif kind >= 0 and call('ZADD', key, 'NX', now_s, now_s) == 1 then
-            member = now_s
+            -- held back by the picture
           else
-            cold = cold or cold_paths()
-            member = cold.add_plain(key, math.abs(kind))
+            if pic and #pic.adds > 0 then
+              call('ZADD', key, unpack(pic.adds))
+              pic.adds = {}
+            end
+            if kind >= 0 and call('ZADD', key, 'NX', now_s, now_s) == 1 then
+              member = now_s
+            else
+              cold = cold or cold_paths()
+              member = cold.add_plain(key, math.abs(kind))
+            end
           end
         else
-          if hot then hot.flush(key) end
+          if sk then flush(key, sk) end
           cold = cold or cold_paths()
           local total, at = cost, now
           if kind.plain then
@@ -599,8 +529,20 @@ while a <= #ARGV do
           member = format('%016x:%x', total, cost)
           call('ZADD', key, format('%d', at), member)
         end
-        if hot and hot.shared(key) then
-          hot.recorded(key, ttl)
+        if sk then
+          -- A shared key: its expiry at the batch's end, its picture in step with the member
+          -- just recorded at now (unless out of order: a clock behind).
+          sk.ttl = ttl
+          pic = sk.pic
+          if pic then
+            local q = pic.q
+            if pic.h <= #q and below(now_s, q[#q]) then
+              flush(key, sk)
+            else
+              if pic.whole then q[#q + 1] = now_s end
+              pic.n, pic.at = pic.n + 1, now_s
+            end
+          end
         else
           call('PEXPIRE', key, ttl)
         end
@@ -612,5 +554,12 @@ while a <= #ARGV do
   k = k + n + b
   a = a + 5 + n
 end
-if hot then hot.finish() end
+-- The batch's end: what the pictures hold back and trimmed, then the shared keys' expiry.
+if shared then
+  for _, key in ipairs(order) do
+    local sk = shared[key]
+    flush(key, sk)
+    if sk.ttl then call('PEXPIRE', key, sk.ttl) end
+  end
+end
 return replies or reply
