@@ -34,6 +34,8 @@ pub(super) fn args(
     tiers: &[TierCheck<'_>],
     blocks: usize,
 ) -> Vec<String> {
+    // The script reads both numbers as one digit each (a request has at most three tiers).
+    debug_assert!(tiers.len() < 10 && blocks < 10);
     let mut args = Vec::with_capacity(5 + tiers.len());
     args.push(now.to_owned());
     args.push(saturating_micros(req.window).to_string());
