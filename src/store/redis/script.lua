@@ -49,11 +49,12 @@
 -- plain key's oldest member name, a string of decimal digits, when that is its score), and the
 -- score of the entry whose leaving makes room for this request (-1: none, or not needed).
 --
--- Keys several checks of a batch share (the endpoint's, the global one) are read once: the
--- first check that meets such a key in the plain form reads its oldest members (a prefix of
--- the key) with its count, and the batch then keeps that picture in step with every command it
--- sends to the key, so that the next checks trim, count and find the oldest entry in it,
--- without a command; only their ZADD goes to Redis. The trims the picture made are sent once,
+-- In a batch of about four checks or more, keys several checks share (the endpoint's, the
+-- global one) are read once: the first check that meets such a key in the plain form reads its
+-- oldest members (a prefix of the key) with its count, and the batch then keeps that picture in
+-- step with every command it sends to the key, so that the next checks trim, count and find
+-- the oldest entry in it, without a command; their members are held back and sent as one ZADD
+-- per key, named as ZADD NX would name them one at a time. The trims the picture made are sent once,
 -- as one ZREMRANGEBYSCORE at the highest cutoff, before any other command that reads the key
 -- and at the end of the batch, with one PEXPIRE per shared key (Redis runs a script at one
 -- frozen time, so one PEXPIRE at the end sets what one per admission would). Whatever the
@@ -80,7 +81,7 @@
 --
 -- Cost: on the path most checks take (cost 1, plain keys, admitted) a tier is five commands
 -- (ZREMRANGEBYSCORE, ZRANGE 0 0, ZCARD, ZADD, PEXPIRE) with no score read or formatted as a
--- float, and a shared key after its first check in a batch one (ZADD); see
+-- float, and a shared key after its first check in a batch none of its own; see
 -- docs/BENCHMARKS.md for what each piece costs.
 local call, format, byte, sub, find = redis.call, string.format, string.byte, string.sub, string.find
 local REBASE_AT = 4503599627370496 -- 2^52
