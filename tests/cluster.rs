@@ -450,3 +450,46 @@ async fn a_reset_on_one_instance_lifts_cached_denials_everywhere() {
     // Soon, not at once: a loaded machine's scheduling is in it.
     assert!(seen < Duration::from_secs(5), "{seen:?}");
 }
+
+/// A request with one tier on (a user-only or endpoint-only limiter, or a route that leaves
+/// one tier) is one script on that tier's key: checks of different users at the same moment
+/// are never sent together, since their keys live in different slots (a multi-key script
+/// there fails with CROSSSLOT, and the limiter would fall back to memory for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_tier_checks_of_many_users_at_once_stay_on_the_cluster() {
+    let cluster = RedisCluster::shared();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    for (prefix, limits) in [("solo-user", [2, 0, 0]), ("solo-endpoint", [0, 2, 0])] {
+        let l = limiter(
+            config_with_timeout(cluster, prefix, limits, Duration::from_secs(2)),
+            &clock,
+        )
+        .await;
+        let mut handles = Vec::new();
+        for i in 0..96 {
+            let l = l.clone();
+            handles.push(tokio::spawn(async move {
+                let id = format!("id-{}", i % 32);
+                l.check(&id, &format!("/{id}")).await.allowed()
+            }));
+        }
+        let mut admitted = 0;
+        for h in handles {
+            admitted += usize::from(h.await.unwrap());
+        }
+        assert_eq!(
+            l.backend(),
+            Backend::Redis,
+            "{prefix}: {:?}",
+            l.fallback_cause()
+        );
+        assert_eq!(admitted, 64, "{prefix}: two for each of 32 keys");
+        let tier = if limits[0] > 0 { "user" } else { "endpoint" };
+        for i in 0..32 {
+            let id = format!("id-{i}");
+            let part = if tier == "user" { id } else { format!("/{id}") };
+            let key = format!("{prefix}:{tier}:{part}");
+            assert_eq!(cluster.cli_for(&key, &["ZCARD", &key]).trim(), "2", "{key}");
+        }
+    }
+}

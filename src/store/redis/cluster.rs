@@ -18,7 +18,7 @@ use crate::tier::Tier;
 use fred::prelude::KeysInterface;
 
 impl RedisStore {
-    /// Decides `req` tier by tier (more than one tier, or a sharded global tier: see
+    /// Decides `req` tier by tier, every request on a cluster (a sharded global tier: see
     /// `sharded`); `now` is the script's `ARGV[1]`. The facts of every tier go through the one
     /// algorithm, as on a single node; a sharded global tier's facts are its shard's, with the
     /// shard's cap as its limit.

@@ -231,8 +231,10 @@ impl RedisStore {
         Ok(outcome)
     }
 
-    /// Asks Redis: one script over every tier, or on a cluster one per tier (see `cluster`).
-    /// The outcome, and for a denial how long the denying tier cannot change (see
+    /// Asks Redis: one script over every tier, batched with the checks waiting at the same
+    /// moment (see `batch`), or on a cluster one script per tier (see `cluster`), never
+    /// batched: two checks' keys there live in different slots, even with one tier each. The
+    /// outcome, and for a denial how long the denying tier cannot change (see
     /// `script::conclude`).
     async fn check_remote(
         &self,
@@ -240,7 +242,7 @@ impl RedisStore {
     ) -> Result<(StoreOutcome, Duration), StoreError> {
         let inner = &*self.inner;
         let now = script::now_arg(inner.time_source, req);
-        if inner.clustered && (req.tiers.len() > 1 || inner.global.is_some()) {
+        if inner.clustered {
             return self.check_per_tier(req, &now).await;
         }
         let mut keys: Vec<String> = req.tiers.iter().map(|t| self.key(t.tier, t.id)).collect();
