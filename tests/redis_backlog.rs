@@ -183,3 +183,49 @@ async fn a_check_given_up_before_its_batch_is_made_is_not_sent() {
         assert_eq!(server.cli(&["ZCARD", &key]).trim(), n, "{key}");
     }
 }
+
+/// A key of the wrong type (an operator's `SET`) met by one check of a batch: the checks
+/// before it in the batch are answered by Redis and recorded in every tier; that check (and
+/// any after it) falls back to memory with Redis's error. Before, the whole batch failed, and
+/// the checks before the bad one stayed recorded in their user keys only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_key_in_a_batch_fails_its_check_not_the_ones_before_it() {
+    let server = RedisServer::start();
+    server.cli(&["SET", "rate_limit:user:bad", "x"]);
+    let config = limits(10, 100, 1000, MINUTE)
+        .redis_url(server.url())
+        .redis_command_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let limiter = Arc::new(RateLimiter::new(config));
+    limiter.wait_connected().await;
+    server.pause();
+    // Two batches on their way, stuck; then c1..c4, bad, d1 wait, in that order, for one
+    // batch.
+    let users = ["a", "b", "c1", "c2", "c3", "c4", "bad", "d1"];
+    let mut checks = Vec::new();
+    for user in users {
+        let limiter = limiter.clone();
+        checks.push(tokio::spawn(async move { limiter.check(user, "/e").await }));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.resume();
+    for check in checks {
+        assert!(check.await.unwrap().allowed());
+    }
+    assert_eq!(limiter.backend(), Backend::Memory);
+    let cause = format!("{:?}", limiter.fallback_cause());
+    assert!(cause.contains("WRONGTYPE"), "{cause}");
+    // Recorded by Redis in all three tiers: the six checks before the bad one; nothing of it
+    // or of the one after it.
+    for user in ["a", "b", "c1", "c2", "c3", "c4"] {
+        let key = format!("rate_limit:user:{user}");
+        assert_eq!(server.cli(&["ZCARD", &key]).trim(), "1", "{key}");
+    }
+    assert_eq!(server.cli(&["EXISTS", "rate_limit:user:d1"]).trim(), "0");
+    for key in ["rate_limit:endpoint:/e", "rate_limit:global"] {
+        assert_eq!(server.cli(&["ZCARD", key]).trim(), "6", "{key}");
+        let ttl: i64 = server.cli(&["PTTL", key]).trim().parse().unwrap();
+        assert!(ttl > 0, "{key} keeps an expiry: {ttl}");
+    }
+}

@@ -307,3 +307,66 @@ async fn a_batch_answers_and_writes_what_its_checks_alone_would() {
         }
     }
 }
+
+/// A check of a batch that meets an error (a key of the wrong type an operator wrote) does not
+/// take the checks before it down with it: they keep their answers and are recorded in every
+/// tier, with what the batch's pictures held back for the shared keys; the failing check and
+/// the ones after it are answered as failed (the store then falls back for them) and leave no
+/// entry. Before, the whole batch failed, and its earlier checks stayed recorded in their user
+/// keys only (the shared keys' held-back members were lost with the script's error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_in_one_check_of_a_batch_keeps_the_checks_before_it_whole() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let script = Script::from_lua(SOURCE);
+    let now: u64 = 1_700_000_000_000_000;
+    let user = |i: usize| format!("t:user:{i}");
+    let _: () = client.set(user(5), "x", None, None, false).await.unwrap();
+    // Eight checks of three tiers (a batch big enough for pictures of the shared keys); the
+    // fifth one's user key is a string.
+    let checks: Vec<Check> = (1..=8)
+        .map(|i| Check {
+            keys: vec![user(i), ENDPOINTS[0].to_owned(), GLOBAL.to_owned()],
+            args: [now + i as u64, 60_000_000, 1, 3, 0, 10, 100, 1000]
+                .iter()
+                .map(u64::to_string)
+                .collect(),
+        })
+        .collect();
+    let keys: Vec<String> = checks.iter().flat_map(|c| c.keys.clone()).collect();
+    let args: Vec<String> = checks.iter().flat_map(|c| c.args.clone()).collect();
+    let reply: Vec<Value> = script
+        .evalsha_with_reload(&client, keys, args)
+        .await
+        .expect("a batch answers even when one of its checks fails");
+    assert_eq!(reply.len(), 8);
+    let replies: Vec<Vec<String>> = reply.into_iter().map(normalized).collect();
+    for (i, r) in replies.iter().enumerate() {
+        if i < 4 {
+            assert_eq!(r[0], "1", "check {i} admitted: {r:?}");
+        } else {
+            assert_eq!(r[0], "3", "check {i} failed: {r:?}");
+            assert!(r[1].contains("WRONGTYPE"), "check {i}: {r:?}");
+        }
+    }
+    for key in [ENDPOINTS[0], GLOBAL] {
+        let members: Vec<String> = client
+            .zrange(key, 0, -1, None, false, None, false)
+            .await
+            .unwrap();
+        let times: Vec<String> = (1..=4).map(|i| (now + i).to_string()).collect();
+        assert_eq!(members, times, "{key}: the four checks before the error");
+        let ttl: i64 = client.pttl(key).await.unwrap();
+        assert!(ttl > 0, "{key} keeps its expiry: {ttl}");
+    }
+    for i in [1, 2, 3, 4, 6, 7, 8] {
+        let n: u64 = client.zcard(user(i)).await.unwrap();
+        assert_eq!(n, u64::from(i < 5), "{}", user(i));
+    }
+    // A batch of one check fails as it always did: with Redis's error.
+    let alone = &checks[4];
+    let failed: Result<Vec<Value>, _> = script
+        .evalsha_with_reload(&client, alone.keys.clone(), alone.args.clone())
+        .await;
+    assert!(failed.is_err_and(|e| e.details().contains("WRONGTYPE")));
+}

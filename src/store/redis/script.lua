@@ -36,7 +36,9 @@
 --
 -- When a block key of the request exists, the check records nothing and answers
 -- {2, now, '', j, ms}: j is the first blocked tier, ms the longest time left (PTTL) of the
--- request's blocks.
+-- request's blocks. In a batch, a check that meets a key of the wrong type and the checks
+-- after it answer {3, the error}, and the checks before it keep their answers; alone, a check
+-- fails with the error.
 --
 -- A check does only what must be atomic: trim, count, admit if every enforced tier has room,
 -- record. It returns the facts, and src/algorithm.rs (the one copy of the decision) derives
@@ -84,6 +86,7 @@
 -- float, and a shared key after its first check in a batch none of its own; see
 -- docs/BENCHMARKS.md for what each piece costs.
 local call, format, byte, sub, find = redis.call, string.format, string.byte, string.sub, string.find
+local try, type = redis.pcall, type
 local REBASE_AT = 4503599627370496 -- 2^52
 -- The check being decided (the cold paths read them).
 local now, now_s
@@ -295,6 +298,8 @@ local clock, clock_s
 local how = {false, false, false}
 local a, k = 1, 0
 local reply
+-- The error a check of a batch met (then it and the checks after it answer {3, failed}).
+local failed
 while a <= #ARGV do
   local n, b = byte(ARGV[a + 3]) - 48, byte(ARGV[a + 4]) - 48
   repeat
@@ -372,7 +377,16 @@ while a <= #ARGV do
         end
       end
       if not kind then
-        call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
+        -- (The first command of a check on a key: a key of the wrong type, an operator's SET
+        -- say, fails here, before the check has recorded anything. Alone, the check fails
+        -- with Redis's error; in a batch, the checks before it keep their answers, and what
+        -- the pictures held back for them is sent at the batch's end.)
+        local trimmed = try('ZREMRANGEBYSCORE', key, '-inf', cutoff)
+        if type(trimmed) == 'table' then
+          if not replies then return trimmed end
+          failed = trimmed.err
+          break
+        end
         -- A costly request will want the score (a totals key's oldest entry does not name it).
         -- A key more checks of the batch will reach reads its oldest members for the picture.
         -- (Every member read costs Redis a Lua string: a picture reads about one for each
@@ -453,7 +467,7 @@ while a <= #ARGV do
       end
       how[i] = kind
     end
-    if reply[1] == 0 then break end
+    if failed or reply[1] == 0 then break end
     reply[3 * n + 4] = nil
 
     local ttl = format('%d', math.ceil(window / 1000) + 1)
@@ -551,9 +565,16 @@ while a <= #ARGV do
       end
     end
   until true
+  if failed then break end
   if replies then replies[#replies + 1] = reply end
   k = k + n + b
   a = a + 5 + n
+end
+if failed then
+  while a <= #ARGV do
+    replies[#replies + 1] = {3, failed}
+    a = a + 5 + byte(ARGV[a + 3]) - 48
+  end
 end
 -- The batch's end: what the pictures hold back and trimmed, then the shared keys' expiry.
 if shared then

@@ -55,9 +55,17 @@ pub(super) fn with_blocks(check: &[String], blocks: usize) -> Vec<String> {
     args
 }
 
-/// The reply of one check, as a list (`reply`: its part of the script's reply).
+/// The reply of one check, as a list (`reply`: its part of the script's reply); an error for a
+/// check of a batch that met an error or came after one (`script.lua`: `{3, error}`).
 pub(super) fn check_reply(reply: Value) -> Result<Vec<Value>, StoreError> {
     match reply {
+        // `{3, error}`: this check of a batch met an error, or came after one that did.
+        Value::Array(one) if one.first().and_then(Value::as_i64) == Some(3) => {
+            let error = one.get(1).and_then(Value::as_str).unwrap_or_default();
+            Err(StoreError::new(format!(
+                "rate limit script failed: {error}"
+            )))
+        }
         Value::Array(one) => Ok(one),
         other => Err(unexpected(&other)),
     }
