@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{limits, RedisServer};
-use tiered_ratelimit::store::{RedisStore, Store, StoreOutcome, StoreRequest};
+use tiered_ratelimit::store::{RedisStore, Store, StoreOutcome, StoreRequest, TierCheck};
 use tiered_ratelimit::{
     Backend, ManualClock, RateLimitConfig, RateLimitConfigBuilder, RateLimiter, Tier, TimeSource,
 };
@@ -404,4 +404,31 @@ async fn a_request_with_no_tier_is_admitted_by_every_store() {
     let expected = StoreOutcome::nothing_to_count();
     assert_eq!(Store::check(&memory, &request).await.unwrap(), expected);
     assert_eq!(Store::check(&redis, &request).await.unwrap(), expected);
+}
+
+/// A request whose tiers are not named most specific first, each at most once (a custom
+/// wrapper around a store could build one), is an error from every store, and Redis is not
+/// asked: the script reads a check's number of tiers as one digit, and ten tiers would shift
+/// every check after it in a batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_with_tiers_out_of_order_is_an_error_from_every_store() {
+    let server = RedisServer::start();
+    let config = on(&server, limits(1, 0, 0, MINUTE), TimeSource::App);
+    let redis = RedisStore::new("rate_limit", config.redis().unwrap());
+    assert!(redis.wait_connected().await);
+    let memory = tiered_ratelimit::store::MemoryStore::new();
+    let user = TierCheck::new(Tier::User, "u", 5);
+    let global = TierCheck::new(Tier::Global, "", 5);
+    let ten = [user; 10];
+    for tiers in [&[global, user][..], &[user, user], &ten] {
+        let request = StoreRequest::new(T0, MINUTE, 1, tiers);
+        for error in [
+            Store::check(&memory, &request).await.unwrap_err(),
+            Store::check(&redis, &request).await.unwrap_err(),
+        ] {
+            assert!(error.to_string().contains("most specific first"), "{error}");
+        }
+    }
+    assert_eq!(server.cli(&["DBSIZE"]).trim(), "0");
+    assert_eq!(server.command_calls("evalsha"), 0);
 }

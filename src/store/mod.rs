@@ -59,7 +59,7 @@ pub struct StoreRequest<'a> {
     /// How many units the request spends (1 for one request).
     pub cost: u64,
     /// The enabled tiers, most specific first (user, endpoint, global), each at most once: the
-    /// memory store answers any other request with an error.
+    /// memory and Redis stores answer any other request with an error.
     pub tiers: &'a [TierCheck<'a>],
 }
 
@@ -94,6 +94,30 @@ impl<'a> StoreRequest<'a> {
             tiers,
         }
     }
+
+    /// The tiers the request names, as bits (`1 << tier`: user 1, endpoint 2, global 4);
+    /// `None` unless they are named most specific first, each at most once. Every store
+    /// answers such a request with [`misordered`].
+    #[inline]
+    pub(crate) fn tier_bits(&self) -> Option<u8> {
+        // In order iff each tier's bit is above every earlier one's.
+        let mut bits = 0u8;
+        let mut ordered = self.tiers.len() <= 3;
+        for t in self.tiers {
+            let bit = 1u8 << (t.tier as u8);
+            ordered &= bit > bits;
+            bits |= bit;
+        }
+        ordered.then_some(bits)
+    }
+}
+
+/// The error for a request whose tiers are not named most specific first, each at most once.
+#[cold]
+pub(crate) fn misordered() -> StoreError {
+    StoreError::new(
+        "a request names its tiers most specific first (user, endpoint, global), each at most once",
+    )
 }
 
 /// Which kind of store serves a limiter now.

@@ -29,19 +29,11 @@ pub(super) struct Shape {
 }
 
 impl Shape {
-    /// The shape of `tiers`; `None` unless they are named most specific first (user, endpoint,
-    /// global), each at most once.
+    /// The shape of `req`'s tiers; `None` unless they are named most specific first (user,
+    /// endpoint, global), each at most once.
     #[inline]
-    pub(super) fn of(tiers: &[TierCheck<'_>]) -> Option<Self> {
-        // Bit `t` for tier `t`; in order iff each tier's bit is above every earlier one's.
-        let mut bits = 0u8;
-        let mut ordered = tiers.len() <= 3;
-        for t in tiers {
-            let bit = 1u8 << (t.tier as u8);
-            ordered &= bit > bits;
-            bits |= bit;
-        }
-        ordered.then_some(Self {
+    pub(super) fn of(req: &StoreRequest<'_>) -> Option<Self> {
+        req.tier_bits().map(|bits| Self {
             user: bits & 1 != 0,
             endpoint: bits & 2 != 0,
             global: bits & 4 != 0,
@@ -231,6 +223,14 @@ mod tests {
     fn a_shape_is_the_tiers_named_most_specific_first_each_once() {
         let t = |tier| TierCheck::new(tier, "x", 1);
         let (user, endpoint, global) = (t(Tier::User), t(Tier::Endpoint), t(Tier::Global));
+        let of = |tiers: &[TierCheck<'_>]| {
+            Shape::of(&StoreRequest::new(
+                std::time::Duration::ZERO,
+                std::time::Duration::ZERO,
+                1,
+                tiers,
+            ))
+        };
         let shape = |user, endpoint, global| {
             Some(Shape {
                 user,
@@ -238,16 +238,13 @@ mod tests {
                 global,
             })
         };
-        assert_eq!(Shape::of(&[]), shape(false, false, false));
-        assert_eq!(
-            Shape::of(&[user, endpoint, global]),
-            shape(true, true, true)
-        );
-        assert_eq!(Shape::of(&[user, global]), shape(true, false, true));
-        assert_eq!(Shape::of(&[endpoint]), shape(false, true, false));
-        assert_eq!(Shape::of(&[global, user]), None);
-        assert_eq!(Shape::of(&[endpoint, user]), None);
-        assert_eq!(Shape::of(&[user, user]), None);
-        assert_eq!(Shape::of(&[user, endpoint, global, global]), None);
+        assert_eq!(of(&[]), shape(false, false, false));
+        assert_eq!(of(&[user, endpoint, global]), shape(true, true, true));
+        assert_eq!(of(&[user, global]), shape(true, false, true));
+        assert_eq!(of(&[endpoint]), shape(false, true, false));
+        assert_eq!(of(&[global, user]), None);
+        assert_eq!(of(&[endpoint, user]), None);
+        assert_eq!(of(&[user, user]), None);
+        assert_eq!(of(&[user, endpoint, global, global]), None);
     }
 }

@@ -130,11 +130,8 @@ impl MemoryStore {
         if tiers.is_empty() {
             return Ok(StoreOutcome::nothing_to_count());
         }
-        let Some(shape) = Shape::of(tiers) else {
-            return Err(StoreError::new(
-                "a request names its tiers most specific first (user, endpoint, global), \
-                 each at most once",
-            ));
+        let Some(shape) = Shape::of(req) else {
+            return Err(super::misordered());
         };
         let now = saturating_micros(req.now);
         let window = saturating_micros(req.window);

@@ -191,6 +191,10 @@ impl RedisStore {
         let Some(first) = req.tiers.first() else {
             return Ok(StoreOutcome::nothing_to_count());
         };
+        // (The script reads a check's tiers as one digit, and the keys by tier.)
+        if req.tier_bits().is_none() {
+            return Err(super::misordered());
+        }
         if !self.connected().await {
             return Err(StoreError::new("Redis is unreachable"));
         }
