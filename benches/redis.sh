@@ -27,7 +27,7 @@
 #   rb-script        redis-benchmark EVALSHA of src/store/redis/script.lua;
 #   rb-base          (BASE_SCRIPT=path) redis-benchmark EVALSHA of that script;
 #   ours-base        (BASE_BIN=path) benches/examples/bench_redis built at another commit (with the
-#                    script of that commit), run like ours.
+#                    script of that commit), run like ours (with LIMITERS="1 4", also row ours-base-x4);
 #
 # redis-benchmark sends EVALSHA <sha> 3 rate_limit:user:__rand_int__ rate_limit:endpoint:/bench
 # rate_limit:global "" 1000000 COST 2^40 2^40 2^40, with -c N connections, -P 1 (no pipelining),
@@ -291,7 +291,10 @@ echo "run,client,concurrency,rep,checks,checks_per_sec,p50_us,p99_us,evalsha_per
 clients="ours"
 for l in $LIMITERS; do [ "$l" = 1 ] || clients="$clients ours-x$l"; done
 [ "$CLUSTER" = 1 ] && clients="$clients ours-cluster"
-[ -n "$BASE_BIN" ] && clients="$clients ours-base"
+if [ -n "$BASE_BIN" ]; then
+    clients="$clients ours-base"
+    for l in $LIMITERS; do [ "$l" = 1 ] || clients="$clients ours-base-x$l"; done
+fi
 clients="$clients rb-lean rb-script"
 [ -n "$BASE_SHA" ] && clients="$clients rb-base"
 log "$REPS x concurrency {$CONCURRENCY} x {$clients}: $WARMUP warm-up + $CHECKS timed" \
@@ -396,7 +399,13 @@ for rep in $(seq "$REPS"); do
             [ "$l" = 1 ] || label=ours-x$l
             ours_run "$label" "redis://127.0.0.1:$PORT" "$l"
         done
-        if [ -n "$BASE_BIN" ]; then ours_run ours-base "redis://127.0.0.1:$PORT" 1 "$BASE_BIN"; fi
+        if [ -n "$BASE_BIN" ]; then
+            for l in $LIMITERS; do
+                label=ours-base
+                [ "$l" = 1 ] || label=ours-base-x$l
+                ours_run "$label" "redis://127.0.0.1:$PORT" "$l" "$BASE_BIN"
+            done
+        fi
         if [ "$CLUSTER" = 1 ]; then
             SERVER_PORTS=("${CLUSTER_PORTS[@]}")
             SERVER_PIDS=("${CLUSTER_PIDS[@]}")
@@ -486,6 +495,10 @@ redis_version=$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')
     fi
     for k in $clients; do
         case $k in
+        ours-base-x*)
+            echo
+            echo "${k/base-/} / $k, checks/s: $(for c in $CONCURRENCY; do printf '%s at %s; ' "$(ratio "${k/base-/}" "$k" 6 "$c")" "$c"; done)"
+            ;;
         ours-x* | ours-cluster)
             echo
             echo "$k / ours, checks/s: $(for c in $CONCURRENCY; do printf '%s at %s; ' "$(ratio "$k" ours 6 "$c")" "$c"; done)"
