@@ -308,65 +308,194 @@ async fn a_batch_answers_and_writes_what_its_checks_alone_would() {
     }
 }
 
-/// A check of a batch that meets an error (a key of the wrong type an operator wrote) does not
-/// take the checks before it down with it: they keep their answers and are recorded in every
-/// tier, with what the batch's pictures held back for the shared keys; the failing check and
-/// the ones after it are answered as failed (the store then falls back for them) and leave no
-/// entry. Before, the whole batch failed, and its earlier checks stayed recorded in their user
-/// keys only (the shared keys' held-back members were lost with the script's error).
+/// What an operator (or another program) may have left in the fifth check's user key, and
+/// what the script's error then says.
+enum Corruption {
+    /// A string where a sorted set belongs.
+    WrongType,
+    /// A member the limiter did not write, at a score (µs relative to the batch's time).
+    Member(&'static str, i64),
+    /// A totals key (members of ours) whose newest member is not.
+    TotalsThen(&'static str),
+}
+
+/// A check of a batch that meets an error (a key of the wrong type, or a member the limiter
+/// cannot read, that an operator wrote) does not take the checks before it down with it: they
+/// keep their answers and are recorded in every tier, with what the batch's pictures held back
+/// for the shared keys; the failing check and the ones after it are answered as failed (the
+/// store then falls back for them) and leave no entry. Before, the whole batch failed, and its
+/// earlier checks stayed recorded in their user keys only (the shared keys' held-back members
+/// were lost with the script's error); a member the script could not read raised a Lua error
+/// ("attempt to compare number with nil") and did just that.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_error_in_one_check_of_a_batch_keeps_the_checks_before_it_whole() {
+    let cases = [
+        (Corruption::WrongType, "WRONGTYPE"),
+        // Plain-looking (a '-' after the first byte), from the future or in the window.
+        (
+            Corruption::Member("garbage-zz", 9_000_000_000_000_000),
+            "cannot read",
+        ),
+        (Corruption::Member("garbage-zz", -10), "cannot read"),
+        (Corruption::Member("12a-3", -10), "cannot read"),
+        // No '-' at all: longer or shorter than the time's digits.
+        (
+            Corruption::Member("zzzzzzzzzzzzzzzzzzzzzz", 9_000_000_000_000_000),
+            "cannot read",
+        ),
+        (Corruption::Member("abc", -10), "cannot read"),
+        // Totals-looking (a ':' at byte 17) with no hex before it, or a cost that is not.
+        (Corruption::Member("zzzzzzzzzzzzzzzz:1", -10), "cannot read"),
+        (
+            Corruption::Member("0000000000000001:zz", -10),
+            "cannot read",
+        ),
+        // A total past what a double holds exactly.
+        (Corruption::Member("ffffffffffffffff:1", -10), "cannot read"),
+        (Corruption::TotalsThen("zzzzzzzzzzzzzzzz:1"), "cannot read"),
+    ];
     let server = RedisServer::start();
     let client = client(&server).await;
     let script = Script::from_lua(SOURCE);
-    let now: u64 = 1_700_000_000_000_000;
-    let user = |i: usize| format!("t:user:{i}");
-    let _: () = client.set(user(5), "x", None, None, false).await.unwrap();
-    // Eight checks of three tiers (a batch big enough for pictures of the shared keys); the
-    // fifth one's user key is a string.
-    let checks: Vec<Check> = (1..=8)
-        .map(|i| Check {
-            keys: vec![user(i), ENDPOINTS[0].to_owned(), GLOBAL.to_owned()],
-            args: [now + i as u64, 60_000_000, 1, 3, 0, 10, 100, 1000]
-                .iter()
-                .map(u64::to_string)
-                .collect(),
-        })
-        .collect();
-    let keys: Vec<String> = checks.iter().flat_map(|c| c.keys.clone()).collect();
-    let args: Vec<String> = checks.iter().flat_map(|c| c.args.clone()).collect();
-    let reply: Vec<Value> = script
-        .evalsha_with_reload(&client, keys, args)
-        .await
-        .expect("a batch answers even when one of its checks fails");
-    assert_eq!(reply.len(), 8);
-    let replies: Vec<Vec<String>> = reply.into_iter().map(normalized).collect();
-    for (i, r) in replies.iter().enumerate() {
-        if i < 4 {
-            assert_eq!(r[0], "1", "check {i} admitted: {r:?}");
-        } else {
-            assert_eq!(r[0], "3", "check {i} failed: {r:?}");
-            assert!(r[1].contains("WRONGTYPE"), "check {i}: {r:?}");
+    for (n, (corruption, error)) in cases.iter().enumerate() {
+        let _: () = client.flushall(false).await.unwrap();
+        let now: u64 = 1_700_000_000_000_000 + n as u64 * 1_000_000_000;
+        let user = |i: usize| format!("t:user:{i}");
+        let at = |d: i64| now.checked_add_signed(d).unwrap() as f64;
+        match corruption {
+            Corruption::WrongType => {
+                let _: () = client.set(user(5), "x", None, None, false).await.unwrap();
+            }
+            Corruption::Member(member, d) => {
+                let _: () = client
+                    .zadd(user(5), None, None, false, false, (at(*d), *member))
+                    .await
+                    .unwrap();
+            }
+            Corruption::TotalsThen(member) => {
+                let ours = vec![(at(-20), "0000000000000001:1"), (at(-10), *member)];
+                let _: () = client
+                    .zadd(user(5), None, None, false, false, ours)
+                    .await
+                    .unwrap();
+            }
+        }
+        // Eight checks of three tiers (a batch big enough for pictures of the shared keys);
+        // the fifth one's user key is corrupt.
+        let checks: Vec<Check> = (1..=8)
+            .map(|i| Check {
+                keys: vec![user(i), ENDPOINTS[0].to_owned(), GLOBAL.to_owned()],
+                args: [now + i as u64, 60_000_000, 1, 3, 0, 10, 100, 1000]
+                    .iter()
+                    .map(u64::to_string)
+                    .collect(),
+            })
+            .collect();
+        let keys: Vec<String> = checks.iter().flat_map(|c| c.keys.clone()).collect();
+        let args: Vec<String> = checks.iter().flat_map(|c| c.args.clone()).collect();
+        let reply: Vec<Value> = script
+            .evalsha_with_reload(&client, keys, args)
+            .await
+            .unwrap_or_else(|e| {
+                panic!("case {n}: a batch answers even when one of its checks fails: {e:?}")
+            });
+        assert_eq!(reply.len(), 8, "case {n}");
+        let replies: Vec<Vec<String>> = reply.into_iter().map(normalized).collect();
+        for (i, r) in replies.iter().enumerate() {
+            if i < 4 {
+                assert_eq!(r[0], "1", "case {n}: check {i} admitted: {r:?}");
+            } else {
+                assert_eq!(r[0], "3", "case {n}: check {i} failed: {r:?}");
+                assert!(r[1].contains(error), "case {n}: check {i}: {r:?}");
+            }
+        }
+        for key in [ENDPOINTS[0], GLOBAL] {
+            let members: Vec<String> = client
+                .zrange(key, 0, -1, None, false, None, false)
+                .await
+                .unwrap();
+            let times: Vec<String> = (1..=4).map(|i| (now + i).to_string()).collect();
+            assert_eq!(
+                members, times,
+                "case {n}: {key}: the four checks before the error"
+            );
+            let ttl: i64 = client.pttl(key).await.unwrap();
+            assert!(ttl > 0, "case {n}: {key} keeps its expiry: {ttl}");
+        }
+        for i in [1, 2, 3, 4, 6, 7, 8] {
+            let k: u64 = client.zcard(user(i)).await.unwrap();
+            assert_eq!(k, u64::from(i < 5), "case {n}: {}", user(i));
+        }
+        // A batch of one check fails with the same error, and records nothing.
+        let alone = &checks[4];
+        let failed: Result<Vec<Value>, _> = script
+            .evalsha_with_reload(&client, alone.keys.clone(), alone.args.clone())
+            .await;
+        assert!(
+            failed.as_ref().is_err_and(|e| e.details().contains(error)),
+            "case {n}: {failed:?}"
+        );
+        for key in [ENDPOINTS[0], GLOBAL] {
+            let k: u64 = client.zcard(key).await.unwrap();
+            assert_eq!(k, 4, "case {n}: {key}");
         }
     }
-    for key in [ENDPOINTS[0], GLOBAL] {
-        let members: Vec<String> = client
-            .zrange(key, 0, -1, None, false, None, false)
+}
+
+/// A member the limiter did not write in a key several checks of a batch share cannot make the
+/// batch's picture of that key count wrong: the tier still admits no more than its limit.
+/// (The picture reads the key's oldest members' names as times; before, a name of other
+/// characters was compared as if it were one, and trimmed from the picture while Redis kept
+/// it.) The checks that meet it fail with an error; none is admitted past the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_the_limiter_did_not_write_in_a_shared_key_never_admits_past_the_limit() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let script = Script::from_lua(SOURCE);
+    // Names of the time's length (so that only the picture reads them) and others; the key's
+    // oldest member, or behind two of the limiter's that the batch's checks trim (so that the
+    // picture reaches it as it trims).
+    let members = ["000000000000000a", "abc", "17000000000000zz", "-1"];
+    let window: u64 = 60_000_000;
+    for (n, (member, behind)) in members
+        .iter()
+        .flat_map(|m| [(m, false), (m, true)])
+        .enumerate()
+    {
+        let _: () = client.flushall(false).await.unwrap();
+        let now: u64 = 1_700_000_000_000_000 + n as u64 * 1_000_000_000;
+        let limit = 5;
+        let mut entries = vec![((now - 10) as f64, member.to_string())];
+        if behind {
+            for d in [1, 2] {
+                let t = now - window + d;
+                entries.push((t as f64, t.to_string()));
+            }
+        }
+        let _: () = client
+            .zadd(GLOBAL, None, None, false, false, entries)
             .await
             .unwrap();
-        let times: Vec<String> = (1..=4).map(|i| (now + i).to_string()).collect();
-        assert_eq!(members, times, "{key}: the four checks before the error");
-        let ttl: i64 = client.pttl(key).await.unwrap();
-        assert!(ttl > 0, "{key} keeps its expiry: {ttl}");
+        let checks: Vec<Check> = (1..=8)
+            .map(|i| Check {
+                keys: vec![format!("t:user:{i}"), GLOBAL.to_owned()],
+                args: [now + i as u64, window, 1, 2, 0, 10, limit]
+                    .iter()
+                    .map(u64::to_string)
+                    .collect(),
+            })
+            .collect();
+        let keys: Vec<String> = checks.iter().flat_map(|c| c.keys.clone()).collect();
+        let args: Vec<String> = checks.iter().flat_map(|c| c.args.clone()).collect();
+        let reply: Vec<Value> = script
+            .evalsha_with_reload(&client, keys, args)
+            .await
+            .unwrap_or_else(|e| panic!("{member:?} (behind two: {behind}): {e:?}"));
+        let replies: Vec<Vec<String>> = reply.into_iter().map(normalized).collect();
+        let in_global: u64 = client.zcard(GLOBAL).await.unwrap();
+        assert!(
+            in_global <= limit,
+            "{member:?} (behind two: {behind}): the global tier holds {in_global} entries, over its limit {limit}: {replies:?}"
+        );
     }
-    for i in [1, 2, 3, 4, 6, 7, 8] {
-        let n: u64 = client.zcard(user(i)).await.unwrap();
-        assert_eq!(n, u64::from(i < 5), "{}", user(i));
-    }
-    // A batch of one check fails as it always did: with Redis's error.
-    let alone = &checks[4];
-    let failed: Result<Vec<Value>, _> = script
-        .evalsha_with_reload(&client, alone.keys.clone(), alone.args.clone())
-        .await;
-    assert!(failed.is_err_and(|e| e.details().contains("WRONGTYPE")));
 }

@@ -36,9 +36,10 @@
 --
 -- When a block key of the request exists, the check records nothing and answers
 -- {2, now, '', j, ms}: j is the first blocked tier, ms the longest time left (PTTL) of the
--- request's blocks. In a batch, a check that meets a key of the wrong type and the checks
--- after it answer {3, the error}, and the checks before it keep their answers; alone, a check
--- fails with the error.
+-- request's blocks. In a batch, a check that meets a key of the wrong type, or a member the
+-- script cannot read (one the limiter did not write), and the checks after it answer
+-- {3, the error}, and the checks before it keep their answers; alone, a check fails with the
+-- error. Either way it records nothing.
 --
 -- A check does only what must be atomic: trim, count, admit if every enforced tier has room,
 -- record. It returns the facts, and src/algorithm.rs (the one copy of the decision) derives
@@ -85,7 +86,8 @@
 -- (ZREMRANGEBYSCORE, ZRANGE 0 0, ZCARD, ZADD, PEXPIRE) with no score read or formatted as a
 -- float, and a shared key after its first check in a batch none of its own; see
 -- docs/BENCHMARKS.md for what each piece costs.
-local call, format, byte, sub, find = redis.call, string.format, string.byte, string.sub, string.find
+local call, format, byte, sub, find, match =
+  redis.call, string.format, string.byte, string.sub, string.find, string.match
 local try, type = redis.pcall, type
 local REBASE_AT = 4503599627370496 -- 2^52
 -- The check being decided (the cold paths read them).
@@ -97,17 +99,30 @@ local cold
 local function cold_paths()
   local c = {}
 
+  -- A totals member's running total and cost; nil for what the limiter did not write (not
+  -- hex, or a total a double cannot hold exactly).
   function c.total_of(member)
-    return tonumber(sub(member, 1, 16), 16)
+    local t = tonumber(sub(member, 1, 16), 16)
+    return t and t < 9007199254740992 and t or nil
   end
 
   function c.cost_of(member)
     return tonumber(sub(member, 18), 16)
   end
 
-  -- The time a plain member names.
+  -- The time a plain member names (its digits before any '-k'); nil for what the limiter did
+  -- not write.
   function c.time_of(member)
-    return tonumber(member) or tonumber(sub(member, 1, string.find(member, '-', 2, true) - 1))
+    local t = match(member, '^%d+$') and member or match(member, '^(%d+)%-%d+$')
+    return t and tonumber(t)
+  end
+
+  -- The error of a check that met a member the limiter did not write in tier i's key (an
+  -- operator's ZADD, say): failed before the check records anything, as a key of the wrong
+  -- type fails.
+  function c.unreadable(i)
+    return format('ERR tiered-ratelimit cannot read a member of the key of tier %d: a key '
+      .. 'under its prefix written by something else?', i)
   end
 
   -- Records a plain member at now under the first free name from now-k on; returns it.
@@ -164,12 +179,14 @@ local function cold_paths()
     for j = 1, #all, 2 do
       local member = all[j]
       all[j] = all[j + 1]
-      all[j + 1] = format('%016x:%x', c.total_of(member) - base, c.cost_of(member))
+      -- (A member the limiter did not write becomes one unit at its place.)
+      all[j + 1] = format('%016x:%x', (c.total_of(member) or base) - base, c.cost_of(member) or 1)
     end
     c.rewrite(key, all)
   end
 
-  -- The score of the entry whose leaving frees `units` units (1 <= units <= count).
+  -- The score of the entry whose leaving frees `units` units (1 <= units <= count); nil when
+  -- a member on the way is not the limiter's.
   function c.expiry(key, plain, base, units)
     local rank
     if plain then
@@ -180,7 +197,9 @@ local function cold_paths()
       while lo < hi do
         local mid = math.floor((lo + hi) / 2)
         local m = format('%d', mid)
-        if c.total_of(call('ZRANGE', key, m, m)[1]) >= base + units then
+        local total = c.total_of(call('ZRANGE', key, m, m)[1])
+        if not total then return nil end
+        if total >= base + units then
           hi = mid
         else
           lo = mid + 1
@@ -202,8 +221,10 @@ end
 --   left   how many of the batch's checks have yet to reach it
 --   ttl    the PEXPIRE of its last admission in the batch, sent at the batch's end
 --   pic    its picture, or nil:
---     q        the times (decimal) of the key's oldest members, in order (a prefix of the key;
---              all of it if whole)
+--     q        the key's oldest members, in order (a prefix of the key; all of it if whole),
+--              each replaced by its time (decimal) when a check first reaches it, and the last
+--              one from the start
+--     ok       the last of q read as a time
 --     h        the first of q still in the window (those before it were trimmed here)
 --     n        the key's members in the window
 --     whole    q holds every member of the key (then the members the batch records are added)
@@ -212,7 +233,7 @@ end
 --     max      the time of the key's newest member when the picture was made ('' for none)
 --     adds     the members held back: score, member, ...
 --     used     the names held back at time used_at (true: the plain name; k: '-k')
-local shared, order, number, below, flush, picture
+local shared, order, number, below, flush, picture, time_digits
 -- Whether a check must ask for its own block keys (a batch asks for all of them at once).
 local blocks = true
 -- (A check's n and b are single digits: read as bytes, not by strtod.)
@@ -255,19 +276,34 @@ if #ARGV >= 32 then
 
   -- Starts the picture of shared plain key `key` from its oldest members `q` and its count
   -- (and reads its newest member, unless `q` is the whole key).
+  -- The time a plain member's name gives as `below` compares it (its digits before any '-k',
+  -- without leading zeros); nil for a name the limiter did not write. A picture reads each of
+  -- its names when a check first reaches it (most are never reached: the picture reads about
+  -- one for each check still to come), and no answer comes from a picture whose next name is
+  -- not a time: the check reads the key itself.
+  time_digits = function(member)
+    local d = find(member, '-', 2, true)
+    if d then member = sub(member, 1, d - 1) end
+    if not find(member, '^%d+$') or (byte(member) == 48 and #member > 1) then return nil end
+    return member
+  end
+
+  -- Starts the picture of shared plain key `key` from its oldest members `q` and its count
+  -- (and reads its newest member, unless `q` is the whole key); none when the newest name is
+  -- not a time.
   picture = function(key, s, q, count)
-    for j = 1, #q do
-      local d = find(q[j], '-', 2, true)
-      if d then q[j] = sub(q[j], 1, d - 1) end
-    end
     local whole = #q >= count
-    local max = q[#q] or ''
-    if not whole then
-      max = call('ZRANGE', key, '-1', '-1')[1]
-      local d = find(max, '-', 2, true)
-      if d then max = sub(max, 1, d - 1) end
+    local max = ''
+    if #q > 0 then
+      max = time_digits(q[#q])
+      if not max then return end
+      q[#q] = max
     end
-    s.pic = {q = q, h = 1, n = count, whole = whole, max = max, adds = {}}
+    if not whole then
+      max = time_digits(call('ZRANGE', key, '-1', '-1')[1])
+      if not max then return end
+    end
+    s.pic = {q = q, h = 1, ok = 0, n = count, whole = whole, max = max, adds = {}}
   end
 
   -- Which keys several checks name, and the batch's block keys: one EXISTS for them all.
@@ -357,12 +393,23 @@ while a <= #ARGV do
           local c, o, taken
           if cost == 1 then
             local q, h = pic.q, pic.h
-            if cut_s then
-              local from = h
-              while h <= #q and below(q[h], cut_s) do h = h + 1 end
-              if h > from then pic.h, pic.n, pic.cut = h, pic.n - (h - from), cut_s end
+            -- Trims the picture, reading each name it reaches (ok: the last one read).
+            while h <= #q do
+              if h > pic.ok then
+                local t = time_digits(q[h])
+                if not t then break end
+                q[h], pic.ok = t, h
+              end
+              if not (cut_s and below(q[h], cut_s)) then break end
+              h = h + 1
             end
-            if pic.n == 0 then
+            if h > pic.h then
+              pic.n, pic.cut = pic.n - (h - pic.h), cut_s
+              pic.h = h
+            end
+            if h > pic.ok and h <= #q then
+              -- a name the limiter did not write: Redis answers
+            elseif pic.n == 0 then
               c, o = 0, -1
             elseif h <= #q and not below(now_s, q[h]) then
               c, o, taken = pic.n, q[h], pic.at == now_s
@@ -383,7 +430,6 @@ while a <= #ARGV do
         -- the pictures held back for them is sent at the batch's end.)
         local trimmed = try('ZREMRANGEBYSCORE', key, '-inf', cutoff)
         if type(trimmed) == 'table' then
-          if not replies then return trimmed end
           failed = trimmed.err
           break
         end
@@ -412,9 +458,13 @@ while a <= #ARGV do
           -- now (longer, or as long and above it: decimal integers of one length compare as
           -- strings).
           oldest = m
-          if find(m, '-', 2, true) or #m > #now_s or (#m == #now_s and m > now_s) then
+          if find(m, '-', 2, true) or #m ~= #now_s or m > now_s then
             cold = cold or cold_paths()
             oldest = cold.time_of(m)
+            if not oldest then
+              failed = cold.unreadable(i)
+              break
+            end
             if oldest > now then
               cold.clamp(key, true)
               oldest = now
@@ -433,13 +483,19 @@ while a <= #ARGV do
           cold = cold or cold_paths()
           oldest = tonumber(cost > 1 and first[2] or call('ZRANGE', key, '0', '0', 'WITHSCORES')[2])
           kind = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+          local first_total, first_cost, last_total =
+            cold.total_of(m), cold.cost_of(m), cold.total_of(kind[1])
+          if not (first_total and first_cost and last_total) then
+            failed = cold.unreadable(i)
+            break
+          end
           if tonumber(kind[2]) > now then
             cold.clamp(key, false)
             kind[2] = now_s
             if oldest > now then oldest = now end
           end
-          base = cold.total_of(m) - cold.cost_of(m)
-          count = cold.total_of(kind[1]) - base
+          base = first_total - first_cost
+          count = last_total - base
         end
         -- A plain key more checks will reach, with room, starts the batch's picture of it.
         if first and ahead and ahead > 1 and type(kind) == 'number' and count + 1 <= limit then
@@ -452,6 +508,10 @@ while a <= #ARGV do
         local plain = type(kind) == 'number' or kind.plain
         if plain then cold.clamp(key, true) end
         expiry = cold.expiry(key, plain, base, count + cost - limit)
+        if not expiry then
+          failed = cold.unreadable(i)
+          break
+        end
       end
       local r = 3 * i
       reply[r + 1] = count
@@ -571,6 +631,7 @@ while a <= #ARGV do
   a = a + 5 + n
 end
 if failed then
+  if not replies then return {err = failed} end
   while a <= #ARGV do
     replies[#replies + 1] = {3, failed}
     a = a + 5 + byte(ARGV[a + 3]) - 48

@@ -154,12 +154,23 @@ impl Reply {
             return Err(bad());
         }
         let time = |v: i64| u64::try_from(v).ok();
+        // A plain key's oldest member name, sent as it is: a name of other characters is a
+        // member the limiter did not write (the script reads the others itself).
+        let oldest = |v: &Value, tier: usize| {
+            v.as_i64().ok_or_else(|| {
+                StoreError::new(format!(
+                    "tiered-ratelimit cannot read a member of the key of tier {tier}: {v:?} \
+                     (a key under its prefix written by something else?)"
+                ))
+            })
+        };
         let found = facts
             .chunks(3)
-            .map(|f| {
+            .enumerate()
+            .map(|(i, f)| {
                 Ok(Found {
                     count: u64::try_from(int(&f[0])?).map_err(|_| bad())?,
-                    oldest: time(int(&f[1])?),
+                    oldest: time(oldest(&f[1], i + 1)?),
                     expiry: time(int(&f[2])?),
                 })
             })
@@ -355,6 +366,22 @@ mod tests {
         ] {
             assert!(Reply::parse(&ints(bad)).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn an_oldest_name_of_other_characters_is_an_error_naming_its_tier() {
+        let mut reply = ints(&[1, 500]);
+        reply.push(Value::from("500"));
+        reply.extend(ints(&[0, -1, -1, 3]));
+        reply.push(Value::from("000000000000000a"));
+        reply.extend(ints(&[-1]));
+        let error = Reply::parse(&reply).unwrap_err().to_string();
+        assert!(
+            error.contains("cannot read a member of the key of tier 2"),
+            "{error}"
+        );
+        reply[7] = Value::from("400");
+        assert_eq!(Reply::parse(&reply).unwrap().found[1].oldest, Some(400));
     }
 
     #[test]
