@@ -60,11 +60,19 @@ pub(super) fn with_blocks(check: &[String], blocks: usize) -> Vec<String> {
 pub(super) fn check_reply(reply: Value) -> Result<Vec<Value>, StoreError> {
     match reply {
         // `{3, error}`: this check of a batch met an error, or came after one that did.
+        // Its error is Redis's, as a check alone gets it from fred: the store sorts both the
+        // same way (a `NOPERM` is a permission the operator must grant, say).
         Value::Array(one) if one.first().and_then(Value::as_i64) == Some(3) => {
-            let error = one.get(1).and_then(Value::as_str).unwrap_or_default();
-            Err(StoreError::new(format!(
-                "rate limit script failed: {error}"
-            )))
+            let error = one
+                .get(1)
+                .and_then(Value::as_str)
+                .map(|e| e.into_owned())
+                .unwrap_or_default();
+            let error = fred::error::Error::new(fred::error::ErrorKind::Unknown, error);
+            Err(StoreError::with_source(
+                format!("rate limit script failed: {error}"),
+                error,
+            ))
         }
         Value::Array(one) => Ok(one),
         other => Err(unexpected(&other)),
@@ -382,6 +390,24 @@ mod tests {
         );
         reply[7] = Value::from("400");
         assert_eq!(Reply::parse(&reply).unwrap().found[1].oldest, Some(400));
+    }
+
+    #[test]
+    fn a_failed_check_of_a_batch_is_sorted_as_the_same_error_alone() {
+        let failed = |message: &str| {
+            check_reply(Value::Array(vec![Value::from(3), Value::from(message)])).unwrap_err()
+        };
+        let error = failed("NOPERM User limiter has no permissions to run 'zremrangebyscore'");
+        assert!(matches!(
+            crate::ConnectError::from_error(&error, false, Duration::from_secs(1)),
+            crate::ConnectError::NoPermission { .. }
+        ));
+        let error = failed("WRONGTYPE Operation against a key holding the wrong kind of value");
+        assert!(error.to_string().contains("WRONGTYPE"), "{error}");
+        assert!(matches!(
+            crate::ConnectError::from_error(&error, false, Duration::from_secs(1)),
+            crate::ConnectError::Other { .. }
+        ));
     }
 
     #[test]
