@@ -3,40 +3,23 @@
 //! trusting every address as a proxy, the layer outside the router; and what the in-memory store logs when its key cap
 //! denies new keys.
 
+mod common;
+
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
 
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tiered_ratelimit::{IpNet, RateLimitConfig, RateLimitLayer};
 use tower::ServiceExt;
 
-#[derive(Clone, Default)]
-struct Buffer(Arc<Mutex<Vec<u8>>>);
+use common::logs::Logs;
 
-impl std::io::Write for Buffer {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
+    common::logs::capture("tiered_ratelimit=warn")
 }
 
-fn capture() -> (Buffer, tracing::subscriber::DefaultGuard) {
-    let logs = Buffer::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_env_filter("tiered_ratelimit=warn")
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    (logs, tracing::subscriber::set_default(subscriber))
-}
-
-fn text(logs: &Buffer) -> String {
-    String::from_utf8(logs.0.lock().unwrap().clone()).unwrap()
+fn text(logs: &Logs) -> String {
+    logs.text()
 }
 
 /// Without `ConnectInfo` (and without a user id) the user tier cannot apply: the requests go

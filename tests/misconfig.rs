@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{free_port, limits, RedisServer};
@@ -190,36 +189,16 @@ async fn a_healthy_redis_starts_strictly() {
     assert_eq!(memory.backend(), Backend::Memory);
 }
 
-#[derive(Clone, Default)]
-struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Buffer {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// On this thread only (a current-thread runtime keeps the fallback on it).
 #[tokio::test]
 async fn a_configuration_fallback_logs_one_error_with_the_cause_and_the_fix() {
     let server = server_with_password();
-    let logs = Buffer::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_env_filter("tiered_ratelimit=debug")
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = common::logs::capture("tiered_ratelimit=debug");
     let url = format!("redis://:wrong@127.0.0.1:{}", server.port());
     let limiter = RateLimiter::connect(config(url)).await;
     assert!(limiter.check("alice", "/items").await.allowed());
     assert!(limiter.check("bob", "/items").await.allowed());
-    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let text = logs.text();
     let errors: Vec<&str> = text.lines().filter(|l| l.contains("ERROR")).collect();
     assert_eq!(errors.len(), 1, "{text}");
     assert!(errors[0].contains("WRONGPASS"), "{text}");

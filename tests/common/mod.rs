@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 pub mod demo;
+pub mod logs;
 pub mod rng;
 
 use tiered_ratelimit::{
