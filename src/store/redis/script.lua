@@ -100,18 +100,32 @@ local function cold_paths()
   local c = {}
 
   -- A totals member's running total and cost; nil for what the limiter did not write (not
-  -- hex, or a total a double cannot hold exactly).
+  -- 16 hex digits, ':' and hex digits; a total a double cannot hold exactly; a cost outside
+  -- 1 to 2^50, the config's MAX_LIMIT).
+  local TOTALS = '^' .. string.rep('%x', 16) .. ':%x+$'
   function c.total_of(member)
+    if not find(member, TOTALS) then return nil end
     local t = tonumber(sub(member, 1, 16), 16)
-    return t and t < 9007199254740992 and t or nil
+    return t < 9007199254740992 and t or nil
   end
 
   function c.cost_of(member)
-    return tonumber(sub(member, 18), 16)
+    if not find(member, TOTALS) then return nil end
+    local k = tonumber(sub(member, 18), 16)
+    return k and k >= 1 and k <= 1125899906842624 and k or nil
   end
 
-  -- The time a plain member names (its digits before any '-k'); nil for what the limiter did
-  -- not write.
+  -- Whether every member of totals key `key` is the limiter's (read before a rebase, which
+  -- rewrites them all: once in 2^50 units of a key's life).
+  function c.all_totals(key)
+    for _, member in ipairs(call('ZRANGE', key, '0', '-1')) do
+      if not (c.total_of(member) and c.cost_of(member)) then return false end
+    end
+    return true
+  end
+
+  -- The time a plain member names (its digits before any '-k', k digits); nil for what the
+  -- limiter did not write.
   function c.time_of(member)
     local t = match(member, '^%d+$') and member or match(member, '^(%d+)%-%d+$')
     return t and tonumber(t)
@@ -179,8 +193,7 @@ local function cold_paths()
     for j = 1, #all, 2 do
       local member = all[j]
       all[j] = all[j + 1]
-      -- (A member the limiter did not write becomes one unit at its place.)
-      all[j + 1] = format('%016x:%x', (c.total_of(member) or base) - base, c.cost_of(member) or 1)
+      all[j + 1] = format('%016x:%x', c.total_of(member) - base, c.cost_of(member))
     end
     c.rewrite(key, all)
   end
@@ -283,7 +296,10 @@ if #ARGV >= 32 then
   -- not a time: the check reads the key itself.
   time_digits = function(member)
     local d = find(member, '-', 2, true)
-    if d then member = sub(member, 1, d - 1) end
+    if d then
+      if not find(member, '^%-%d+$', d) then return nil end
+      member = sub(member, 1, d - 1)
+    end
     if not find(member, '^%d+$') or (byte(member) == 48 and #member > 1) then return nil end
     return member
   end
@@ -485,7 +501,10 @@ while a <= #ARGV do
           kind = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
           local first_total, first_cost, last_total =
             cold.total_of(m), cold.cost_of(m), cold.total_of(kind[1])
-          if not (first_total and first_cost and last_total) then
+          -- (Running totals rise with rank: a newest total below the oldest's is not ours.
+          -- A rebase on the way rewrites every member: each must be the limiter's.)
+          if not (first_total and first_cost and last_total) or last_total < first_total
+            or (last_total + cost > REBASE_AT and not cold.all_totals(key)) then
             failed = cold.unreadable(i)
             break
           end

@@ -94,6 +94,14 @@ fn limit_arg(tier: &TierCheck<'_>) -> String {
     }
 }
 
+/// Whether `name` is a time as the limiter writes a plain member's name: decimal digits, no
+/// sign, no leading zero.
+fn is_time_digits(name: &str) -> bool {
+    !name.is_empty()
+        && name.bytes().all(|b| b.is_ascii_digit())
+        && (name == "0" || !name.starts_with('0'))
+}
+
 /// What the script found in one tier's key (after trimming, before recording).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Found {
@@ -164,8 +172,15 @@ impl Reply {
         let time = |v: i64| u64::try_from(v).ok();
         // A plain key's oldest member name, sent as it is: a name of other characters is a
         // member the limiter did not write (the script reads the others itself).
+        // (A name the limiter wrote is decimal digits without a sign or a leading zero; a
+        // number parser would also take `+1`, `01` or `-1`.)
         let oldest = |v: &Value, tier: usize| {
-            v.as_i64().ok_or_else(|| {
+            let ours = match v {
+                Value::String(s) => is_time_digits(s),
+                Value::Integer(_) => true,
+                _ => false,
+            };
+            v.as_i64().filter(|_| ours).ok_or_else(|| {
                 StoreError::new(format!(
                     "tiered-ratelimit cannot read a member of the key of tier {tier}: {v:?} \
                      (a key under its prefix written by something else?)"
@@ -388,7 +403,18 @@ mod tests {
             error.contains("cannot read a member of the key of tier 2"),
             "{error}"
         );
+        for name in [
+            "+000000000000400",
+            "0000000000000400",
+            "-000000000000400",
+            "",
+        ] {
+            reply[7] = Value::from(name);
+            assert!(Reply::parse(&reply).is_err(), "{name:?}");
+        }
         reply[7] = Value::from("400");
+        assert_eq!(Reply::parse(&reply).unwrap().found[1].oldest, Some(400));
+        reply[7] = Value::from(400);
         assert_eq!(Reply::parse(&reply).unwrap().found[1].oldest, Some(400));
     }
 
