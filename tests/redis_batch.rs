@@ -391,16 +391,8 @@ async fn an_error_in_one_check_of_a_batch_keeps_the_checks_before_it_whole() {
                     .collect(),
             })
             .collect();
-        let keys: Vec<String> = checks.iter().flat_map(|c| c.keys.clone()).collect();
-        let args: Vec<String> = checks.iter().flat_map(|c| c.args.clone()).collect();
-        let reply: Vec<Value> = script
-            .evalsha_with_reload(&client, keys, args)
-            .await
-            .unwrap_or_else(|e| {
-                panic!("case {n}: a batch answers even when one of its checks fails: {e:?}")
-            });
-        assert_eq!(reply.len(), 8, "case {n}");
-        let replies: Vec<Vec<String>> = reply.into_iter().map(normalized).collect();
+        // (A batch answers even when one of its checks fails: `run` panics if it does not.)
+        let replies = run(&client, &script, &checks).await;
         for (i, r) in replies.iter().enumerate() {
             if i < 4 {
                 assert_eq!(r[0], "1", "case {n}: check {i} admitted: {r:?}");
@@ -485,13 +477,7 @@ async fn a_member_the_limiter_did_not_write_in_a_shared_key_never_admits_past_th
                     .collect(),
             })
             .collect();
-        let keys: Vec<String> = checks.iter().flat_map(|c| c.keys.clone()).collect();
-        let args: Vec<String> = checks.iter().flat_map(|c| c.args.clone()).collect();
-        let reply: Vec<Value> = script
-            .evalsha_with_reload(&client, keys, args)
-            .await
-            .unwrap_or_else(|e| panic!("{member:?} (behind two: {behind}): {e:?}"));
-        let replies: Vec<Vec<String>> = reply.into_iter().map(normalized).collect();
+        let replies = run(&client, &script, &checks).await;
         let in_global: u64 = client.zcard(GLOBAL).await.unwrap();
         assert!(
             in_global <= limit,
