@@ -4,12 +4,12 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::routing::get;
 use axum::Router;
+use common::logs::Logs;
 use common::{free_port, limits, RedisServer};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use tiered_ratelimit::observe::{
@@ -73,19 +73,6 @@ fn histogram_samples(s: &Snap, name: &str, backend: &str) -> usize {
         .sum()
 }
 
-#[derive(Clone, Default)]
-struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Buffer {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_and_spans_report_decisions_fallbacks_and_store_latency() {
     let recorder = DebuggingRecorder::new();
@@ -93,7 +80,7 @@ async fn metrics_and_spans_report_decisions_fallbacks_and_store_latency() {
     recorder
         .install()
         .expect("the only recorder of this binary");
-    let logs = Buffer::default();
+    let logs = Logs::default();
     let writer = logs.clone();
     tracing_subscriber::fmt()
         .with_env_filter("tiered_ratelimit=debug")
@@ -230,7 +217,7 @@ async fn metrics_and_spans_report_decisions_fallbacks_and_store_latency() {
     let request = || http::Request::get("/x").body(Body::empty()).unwrap();
     assert_eq!(app.clone().oneshot(request()).await.unwrap().status(), 200);
     assert_eq!(app.oneshot(request()).await.unwrap().status(), 429);
-    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let text = logs.text();
     let spans: Vec<&str> = text.lines().filter(|l| l.contains("rate_limit{")).collect();
     assert!(
         spans
