@@ -69,10 +69,7 @@ pub(super) fn check_reply(reply: Value) -> Result<Vec<Value>, StoreError> {
                 .map(|e| e.into_owned())
                 .unwrap_or_default();
             let error = fred::error::Error::new(fred::error::ErrorKind::Unknown, error);
-            Err(StoreError::with_source(
-                format!("rate limit script failed: {error}"),
-                error,
-            ))
+            Err(super::fred_error("rate limit script failed", error))
         }
         Value::Array(one) => Ok(one),
         other => Err(unexpected(&other)),
