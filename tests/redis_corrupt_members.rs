@@ -400,3 +400,39 @@ async fn batch_equals_alone_with_garbage_inside_a_picture() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// Through the limiter: a user key holding a name the limiter did not write makes the check
+/// that meets it fall back to memory, answered, with an error naming the tier; the script
+/// refuses it (a name of another length than the time's) or the client does (the same length:
+/// the script's hot path sends it as it is, docs/REDIS.md "Batches").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limiter_meeting_a_member_it_did_not_write_falls_back_naming_the_tier() {
+    let server = RedisServer::start();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    let same_length = format!("{:0>16}", "a");
+    for (user, name) in [("short", "garbage-zz".to_owned()), ("long", same_length)] {
+        let key = format!("rate_limit:user:{user}");
+        let score = (now - 1_000).to_string();
+        server.cli(&["ZADD", &key, &score, &name]);
+        let config = common::limits(10, 100, 1000, std::time::Duration::from_secs(60))
+            .redis_url(server.url())
+            .build()
+            .unwrap();
+        let limiter = tiered_ratelimit::RateLimiter::new(config);
+        limiter.wait_connected().await;
+        assert!(limiter.check(user, "/e").await.allowed(), "{name:?}");
+        assert_eq!(
+            limiter.backend(),
+            tiered_ratelimit::Backend::Memory,
+            "{name:?}"
+        );
+        let cause = format!("{:?}", limiter.fallback_cause());
+        assert!(
+            cause.contains("cannot read a member of the key of tier 1"),
+            "{name:?}: {cause}"
+        );
+    }
+}
