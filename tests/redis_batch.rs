@@ -29,7 +29,16 @@ struct Check {
     args: Vec<String>,
 }
 
-const USERS: [&str; 3] = ["t:user:a", "t:user:b", "t:user:c"];
+/// Three busy users, whose keys most batches name several times (the batch's pictures), and two
+/// quiet ones, whose keys a batch most often names once (read apart: their oldest members
+/// first, trimmed only when the oldest has left the window).
+const USERS: [&str; 5] = [
+    "t:user:a",
+    "t:user:b",
+    "t:user:c",
+    "t:user:quiet-1",
+    "t:user:quiet-2",
+];
 const ENDPOINTS: [&str; 2] = ["t:endpoint:/x", "t:endpoint:/y"];
 const GLOBAL: &str = "t:global";
 
@@ -110,7 +119,12 @@ fn generate(seed: u64) -> Sequence {
             let cost = if rng.percent(10) { 2 + rng.below(3) } else { 1 };
             let mut tiers: Vec<(&str, u64)> = Vec::new();
             if rng.percent(85) {
-                tiers.push((USERS[rng.below(3) as usize], limits[0]));
+                let user = if rng.percent(30) {
+                    3 + rng.below(2)
+                } else {
+                    rng.below(3)
+                };
+                tiers.push((USERS[user as usize], limits[0]));
             }
             if rng.percent(90) {
                 tiers.push((ENDPOINTS[(rng.below(5) == 0) as usize], limits[1]));
@@ -430,6 +444,63 @@ async fn an_error_in_one_check_of_a_batch_keeps_the_checks_before_it_whole() {
         for key in [ENDPOINTS[0], GLOBAL] {
             let k: u64 = client.zcard(key).await.unwrap();
             assert_eq!(k, 4, "case {n}: {key}");
+        }
+    }
+}
+
+/// A member the limiter did not write that has left the window is trimmed like any other, in a
+/// batch as alone: the check is answered, and the member gone. (A key one check of a batch
+/// names is read from its oldest members, and trimmed only when the oldest has left the
+/// window; a name that is not a time, even one as long as the cutoff's digits and above them
+/// as a string, must not pass for one in the window.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_the_limiter_did_not_write_that_has_left_the_window_is_trimmed() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let script = Script::from_lua(SOURCE);
+    let window: u64 = 60_000_000;
+    let names = [
+        "zzzzzzzzzzzzzzzz",
+        "!!!!!!!!!!!!!!!!",
+        "garbage-zz",
+        "abc",
+    ];
+    for (n, name) in names.into_iter().enumerate() {
+        let now: u64 = 1_700_000_000_000_000 + n as u64 * 1_000_000_000;
+        let user = |i: usize| format!("t:user:{i}");
+        let checks: Vec<Check> = (1..=8)
+            .map(|i| Check {
+                keys: vec![user(i), ENDPOINTS[0].to_owned(), GLOBAL.to_owned()],
+                args: [now + i as u64, window, 1, 3, 0, 10, 100, 1000]
+                    .iter()
+                    .map(u64::to_string)
+                    .collect(),
+            })
+            .collect();
+        for batched in [true, false] {
+            let _: () = client.flushall(false).await.unwrap();
+            let old = (now - 2 * window) as f64;
+            let _: () = client
+                .zadd(user(5), None, None, false, false, (old, name))
+                .await
+                .unwrap();
+            let replies = if batched {
+                run(&client, &script, &checks).await
+            } else {
+                let mut replies = Vec::new();
+                for check in &checks {
+                    replies.extend(run(&client, &script, std::slice::from_ref(check)).await);
+                }
+                replies
+            };
+            for (i, r) in replies.iter().enumerate() {
+                assert_eq!(r[0], "1", "{name:?}, batched {batched}: check {i}: {r:?}");
+            }
+            let members: Vec<String> = client
+                .zrange(user(5), 0, -1, None, false, None, false)
+                .await
+                .unwrap();
+            assert_eq!(members, [(now + 5).to_string()], "{name:?}, batched {batched}");
         }
     }
 }
