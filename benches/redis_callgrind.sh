@@ -8,6 +8,7 @@
 #   TOP=25 benches/redis_callgrind.sh                   # and where the instructions go
 #   BLOCKS=1 benches/redis_callgrind.sh src/store/redis/script.lua  # with the two block keys
 #                                                       # a check sends (no block set)
+#   USERS=360 benches/redis_callgrind.sh   # fewer users: about five entries a user key (default 1,000)
 #   BATCH=16 benches/redis_callgrind.sh src/store/redis/script.lua  # 16 checks per EVALSHA, as
 #                                   # our limiter sends them under load (src/store/redis/batch.rs)
 #
@@ -29,6 +30,7 @@ COST=${COST:-1}
 TOP=${TOP:-0}
 BLOCKS=${BLOCKS:-0}
 BATCH=${BATCH:-1}
+USERS=${USERS:-1000}
 if [ "$#" -eq 0 ]; then set -- benches/lean.lua src/store/redis/script.lua; fi
 for tool in valgrind callgrind_annotate callgrind_control redis-server redis-cli redis-benchmark; do
     command -v "$tool" >/dev/null 2>&1 || {
@@ -116,9 +118,9 @@ for script in "$@"; do
     else
         args=("${#one[@]}" "${one[@]}" "" 1000000 "$COST" "${limits[@]}")
     fi
-    redis-benchmark -p "$port" -c 4 -n $((CALLS / 2)) -P 1 -r 1000 EVALSHA "$sha" "${args[@]}" >/dev/null
+    redis-benchmark -p "$port" -c 4 -n $((CALLS / 2)) -P 1 -r "$USERS" EVALSHA "$sha" "${args[@]}" >/dev/null
     callgrind_control -z "$VG_PID" >/dev/null 2>&1
-    redis-benchmark -p "$port" -c 4 -n "$CALLS" -P 1 -r 1000 EVALSHA "$sha" "${args[@]}" >/dev/null
+    redis-benchmark -p "$port" -c 4 -n "$CALLS" -P 1 -r "$USERS" EVALSHA "$sha" "${args[@]}" >/dev/null
     callgrind_control -d "$VG_PID" >/dev/null 2>&1
     failed=$(redis-cli -p "$port" INFO errorstats | grep -c '^errorstat_' || true)
     redis-cli -p "$port" SHUTDOWN NOSAVE >/dev/null 2>&1 || true

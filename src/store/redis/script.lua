@@ -90,9 +90,6 @@ local call, format, byte, sub, find, match =
   redis.call, string.format, string.byte, string.sub, string.find, string.match
 local try, type = redis.pcall, type
 local REBASE_AT = 4503599627370496 -- 2^52
--- A unit request of a batch reads up to this many of a key's oldest members first (SMALL_LAST:
--- the last rank, as ZRANGE takes it); see the check below.
-local SMALL, SMALL_LAST = 4, '3'
 -- The error of a check that met a member the limiter did not write in tier %d's key (an
 -- operator's ZADD, say): it fails before it records anything, as a key of the wrong type does.
 -- (A string, not a function: each function the script defines costs every run a closure.)
@@ -447,55 +444,31 @@ while a <= #ARGV do
         -- say, fails here, before the check has recorded anything. Alone, the check fails
         -- with Redis's error; in a batch, the checks before it keep their answers, and what
         -- the pictures held back for them is sent at the batch's end.)
-        -- m: the key's oldest member once trimmed; known: its count, when the members read
-        -- were all of it.
-        local first, want, m, known
-        if cost == 1 and shared and not ahead then
-          -- A unit request, in a batch, on a key no other check of it names (a user's, most
-          -- often): its oldest members first. A key of fewer than SMALL members (most users'
-          -- keys) then needs no ZCARD, and no trim while its oldest member is in the window (a
-          -- name of the cutoff's length, all digits, at or above it; anything else is trimmed).
-          first = try('ZRANGE', key, '0', SMALL_LAST)
-          if first.err then
-            failed = first.err
-            break
-          end
-          m = first[1]
-          local gone = 0
-          if m and not (cut_s and #m == #cut_s and m >= cut_s and find(m, '^%d+$')) then
-            -- The members trimmed are the first `gone` read (rank order is score order).
-            gone = call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
-            m = first[gone + 1]
-            if not m and #first == SMALL then m = call('ZRANGE', key, '0', '0')[1] end
-          end
-          if #first < SMALL then known = #first - gone end
-        else
-          local trimmed = try('ZREMRANGEBYSCORE', key, '-inf', cutoff)
-          if type(trimmed) == 'table' then
-            failed = trimmed.err
-            break
-          end
-          -- A costly request will want the score (a totals key's oldest entry does not name
-          -- it). A key more checks of the batch will reach reads its oldest members for the
-          -- picture. (Every member read costs Redis a Lua string: a picture reads about one for
-          -- each check still to come, and needs no ZCARD when that is the whole key.)
-          if cost > 1 then
-            first = call('ZRANGE', key, '0', '0', 'WITHSCORES')
-          elseif ahead and ahead > 1 then
-            want = math.min(ahead + 3, 67)
-            first = call('ZRANGE', key, '0', format('%d', want - 1))
-            if #first < want then known = #first end
-          else
-            first = call('ZRANGE', key, '0', '0')
-          end
-          m = first[1]
+        local trimmed = try('ZREMRANGEBYSCORE', key, '-inf', cutoff)
+        if type(trimmed) == 'table' then
+          failed = trimmed.err
+          break
         end
+        -- A costly request will want the score (a totals key's oldest entry does not name it).
+        -- A key more checks of the batch will reach reads its oldest members for the picture.
+        -- (Every member read costs Redis a Lua string: a picture reads about one for each
+        -- check still to come, and needs no ZCARD when that is the whole key.)
+        local first, want
+        if cost > 1 then
+          first = call('ZRANGE', key, '0', '0', 'WITHSCORES')
+        elseif ahead and ahead > 1 then
+          want = math.min(ahead + 3, 67)
+          first = call('ZRANGE', key, '0', format('%d', want - 1))
+        else
+          first = call('ZRANGE', key, '0', '0')
+        end
+        local m = first[1]
         kind = 0
         if m == nil then
           if cost > 1 then kind = {} end
         elseif byte(m, 17) ~= 58 then
           -- plain
-          count = known or call('ZCARD', key)
+          count = want and #first < want and #first or call('ZCARD', key)
           -- The member names the oldest entry's time: it is replied as it is (the client reads
           -- the digits; no float is parsed here) unless it holds a '-k' suffix or may be after
           -- now (longer, or as long and above it: decimal integers of one length compare as
