@@ -120,14 +120,12 @@ local function cold_paths()
     return k and k >= 1 and k <= 1125899906842624 and k or nil
   end
 
-
   -- The time a plain member names (its digits before any '-k', k digits); nil for what the
   -- limiter did not write.
   function c.time_of(member)
     local t = match(member, '^%d+$') and member or match(member, '^(%d+)%-%d+$')
     return t and tonumber(t)
   end
-
 
   -- Records a plain member at now under the first free name from now-k on; returns it.
   -- (Taking k from the key's count makes the first try free in a burst at one instant.)
