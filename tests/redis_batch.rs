@@ -15,8 +15,9 @@
 mod common;
 
 use common::rng::{env_u64, Rng};
+use common::script::{client, strings};
 use common::RedisServer;
-use fred::prelude::{Builder, Client, ClientLike, Config, KeysInterface, SortedSetsInterface};
+use fred::prelude::{Client, ClientLike, KeysInterface, SortedSetsInterface};
 use fred::types::scripts::Script;
 use fred::types::Value;
 
@@ -167,13 +168,6 @@ fn generate(seed: u64) -> Sequence {
     Sequence { batches }
 }
 
-async fn client(server: &RedisServer) -> Client {
-    let config = Config::from_url(&server.url()).unwrap();
-    let client = Builder::from_config(config).build().unwrap();
-    client.init().await.unwrap();
-    client
-}
-
 /// Runs `checks` as one EVALSHA; the replies, one per check.
 async fn run(client: &Client, script: &Script, checks: &[Check]) -> Vec<Vec<String>> {
     let keys: Vec<String> = checks.iter().flat_map(|c| c.keys.clone()).collect();
@@ -184,27 +178,10 @@ async fn run(client: &Client, script: &Script, checks: &[Check]) -> Vec<Vec<Stri
         .unwrap_or_else(|e| panic!("the script failed on {checks:?}: {e}"));
     // A batch of one check is answered with its reply, a larger one with a reply per check.
     if checks.len() == 1 {
-        return vec![normalized(Value::Array(reply))];
+        return vec![strings(&Value::Array(reply))];
     }
     assert_eq!(reply.len(), checks.len(), "one reply per check");
-    reply.into_iter().map(normalized).collect()
-}
-
-/// A check's reply as strings: the script may give an oldest entry's time as its member's
-/// digits or as an integer, the same number.
-fn normalized(reply: Value) -> Vec<String> {
-    let Value::Array(values) = reply else {
-        panic!("a check's reply is not a list: {reply:?}")
-    };
-    values
-        .into_iter()
-        .map(|v| match v {
-            Value::Integer(i) => i.to_string(),
-            Value::String(s) => s.to_string(),
-            Value::Bytes(b) => String::from_utf8_lossy(&b).into_owned(),
-            other => format!("{other:?}"),
-        })
-        .collect()
+    reply.iter().map(strings).collect()
 }
 
 /// Every key of the test: its members with their scores, and its expiry (in 10 ms, so that

@@ -8,8 +8,9 @@
 
 mod common;
 
+use common::script::{client, strings};
 use common::RedisServer;
-use fred::prelude::{Builder, Client, ClientLike, Config, SortedSetsInterface};
+use fred::prelude::{Client, ClientLike, SortedSetsInterface};
 use fred::types::scripts::Script;
 use fred::types::Value;
 
@@ -17,24 +18,15 @@ const SOURCE: &str = include_str!("../src/store/redis/script.lua");
 const W: u64 = 60_000_000;
 const NOW: u64 = 1_700_000_000_000_000;
 
-async fn client(server: &RedisServer) -> Client {
-    let config = Config::from_url(&server.url()).unwrap();
-    let client = Builder::from_config(config).build().unwrap();
-    client.init().await.unwrap();
-    client
-}
-
-fn strings(reply: &Value) -> Vec<String> {
-    let Value::Array(values) = reply else {
-        panic!("not a list: {reply:?}")
-    };
-    values
-        .iter()
-        .map(|v| match v {
-            Value::Integer(i) => i.to_string(),
-            Value::String(s) => s.to_string(),
-            Value::Bytes(b) => String::from_utf8_lossy(b).into_owned(),
-            other => format!("{other:?}"),
+/// Eight checks of (user i, global) for i = 1..=8, the i-th at `now + step * i`, global limit
+/// `limit`: a batch big enough for a picture of the global key.
+fn user_and_global(now: u64, step: u64, limit: u64) -> Vec<(Vec<String>, Vec<u64>)> {
+    (1..=8)
+        .map(|i| {
+            (
+                vec![format!("t:user:{i}"), "t:global".to_owned()],
+                vec![now + step * i, W, 1, 2, 0, 10, limit],
+            )
         })
         .collect()
 }
@@ -92,14 +84,7 @@ async fn digits_then_dash_junk_in_a_shared_key_never_admits_past_the_limit() {
             ],
         )
         .await;
-        let checks: Vec<(Vec<String>, Vec<u64>)> = (1..=8)
-            .map(|i| {
-                (
-                    vec![format!("t:user:{i}"), "t:global".to_owned()],
-                    vec![NOW + i, W, 1, 2, 0, 10, limit],
-                )
-            })
-            .collect();
+        let checks = user_and_global(NOW, 1, limit);
         let reply = eval(&client, &script, &checks).await.unwrap();
         let Value::Array(replies) = reply else {
             panic!()
@@ -147,14 +132,7 @@ async fn garbage_in_the_middle_of_a_picture_never_admits_past_the_limit() {
             ],
         )
         .await;
-        let checks: Vec<(Vec<String>, Vec<u64>)> = (1..=8)
-            .map(|i| {
-                (
-                    vec![format!("t:user:{i}"), "t:global".to_owned()],
-                    vec![NOW + i, W, 1, 2, 0, 10, limit],
-                )
-            })
-            .collect();
+        let checks = user_and_global(NOW, 1, limit);
         let reply = eval(&client, &script, &checks).await;
         let reply = match reply {
             Ok(r) => r,
@@ -350,16 +328,7 @@ async fn batch_equals_alone_with_garbage_inside_a_picture() {
     let client = client(&server).await;
     let script = Script::from_lua(SOURCE);
     let mut failures = Vec::new();
-    let checks = |now: u64, step: u64| -> Vec<(Vec<String>, Vec<u64>)> {
-        (1..=8)
-            .map(|i| {
-                (
-                    vec![format!("t:user:{i}"), "t:global".to_owned()],
-                    vec![now + step * i, W, 1, 2, 0, 10, 100],
-                )
-            })
-            .collect()
-    };
+    let checks = |now: u64, step: u64| user_and_global(now, step, 100);
     let ours = |t: u64| (t as f64, t.to_string());
     for garbage in [
         "abc",

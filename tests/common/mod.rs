@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 pub mod demo;
 pub mod logs;
 pub mod rng;
+#[cfg(feature = "redis")]
+pub mod script;
 
 use tiered_ratelimit::{
     Backend, ManualClock, RateLimitConfig, RateLimitConfigBuilder, RateLimiter, TimeSource,
