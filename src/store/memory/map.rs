@@ -10,6 +10,7 @@ use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::log::Log;
+use super::padded::Padded;
 
 /// A tracked key and its log, side by side in the table's slot (72 bytes).
 type Entry = (Key, Log);
@@ -55,9 +56,7 @@ impl Key {
 
 /// One shard, on cache lines of its own: checks of keys in neighbouring shards, on other
 /// cores, do not contend for a line.
-#[derive(Default)]
-#[repr(align(128))]
-struct Shard(Mutex<HashTable<Entry>>);
+type Shard = Padded<Mutex<HashTable<Entry>>>;
 
 /// One tier's logs by key (the user tier's, or the endpoint tier's).
 pub(super) struct LogMap {

@@ -18,6 +18,7 @@ mod decide;
 mod inspect;
 mod log;
 mod map;
+mod padded;
 mod ring;
 mod sweep;
 mod usage;
@@ -26,6 +27,7 @@ use self::blocks::Blocks;
 use self::decide::Shape;
 use self::log::Log;
 use self::map::LogMap;
+use self::padded::Padded;
 
 /// Shards per map: enough that checks of different keys rarely meet on one shard lock.
 const SHARDS: usize = 64;
@@ -78,7 +80,9 @@ pub struct MemoryStore {
 struct TierLogs {
     users: LogMap,
     endpoints: LogMap,
-    global: Mutex<Log>,
+    /// Alone on its cache lines: every check writes its lock and fields, and reads the
+    /// fields around it.
+    global: Padded<Mutex<Log>>,
     /// Keys in `users` and `endpoints`, counted as slots are reserved.
     tracked: AtomicUsize,
     max_keys: usize,
@@ -112,7 +116,7 @@ impl MemoryStore {
             inner: Arc::new(TierLogs {
                 users: map(),
                 endpoints: map(),
-                global: Mutex::new(Log::default()),
+                global: Padded(Mutex::new(Log::default())),
                 tracked: AtomicUsize::new(0),
                 max_keys: max_keys.max(1),
                 next_sweep: AtomicU64::new(0),
