@@ -19,10 +19,8 @@ out=target/criterion
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
 
-estimate() { # group id -> criterion's median estimate, ns
-  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["median"]["point_estimate"])' \
-    "$out/$1/$2/memory/new/estimates.json"
-}
+# shellcheck source=benches/criterion.sh
+. benches/criterion.sh
 
 for round in $(seq "$rounds"); do
   cargo bench --quiet -p tiered-ratelimit-benches --bench check -- "$cases" >/dev/null 2>&1
@@ -31,8 +29,8 @@ for round in $(seq "$rounds"); do
     [ -f "$out/$group/tiered_ratelimit/memory/new/estimates.json" ] || continue
     [ -f "$out/$group/governor_keyed_x3/memory/new/estimates.json" ] || continue
     echo "$group" | grep -qE "^(${cases//|/|})" || continue
-    ours=$(estimate "$group" tiered_ratelimit)
-    gov=$(estimate "$group" governor_keyed_x3)
+    ours=$(criterion_median "$group" tiered_ratelimit)
+    gov=$(criterion_median "$group" governor_keyed_x3)
     echo "$round $group $ours $gov" >>"$results"
     printf 'round %s  %-24s ours %7.1f ns  governor %7.1f ns  ratio %.2f\n' \
       "$round" "$group" "$ours" "$gov" "$(python3 -c "print($ours / $gov)")"

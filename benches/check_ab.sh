@@ -29,23 +29,18 @@ new=$(cargo bench -p tiered-ratelimit-benches --bench check --no-run 2>&1 |
 cp "$new" "$work/new"
 cp "$BASE_BIN" "$work/base"
 
-# One run of a build: "build case ours_ns governor_ns", a line per case.
+# shellcheck source=benches/criterion.sh
+. benches/criterion.sh
+
+# One run of a build: "build case ours_ns governor_ns", a line per case it ran, each criterion's
+# median estimate (as benches/check.sh reads it).
 run() {
   "$work/$1" --bench "$cases" --warm-up-time "${WARMUP:-2}" --measurement-time "${MEASURE:-4}" \
-    2>/dev/null | python3 -c '
-import re, sys
-build, case, found = sys.argv[1], None, {}
-for line in sys.stdin:
-    m = re.match(r"^(\S+)/(tiered_ratelimit|governor_keyed_x3)/memory", line)
-    if m:
-        case = (m.group(1), m.group(2))
-    t = re.search(r"time:\s+\[\S+ \S+ (\S+) (\S+)", line)
-    if t and case:
-        found[case] = float(t.group(1)) * {"ps": 0.001, "ns": 1, "µs": 1000, "ms": 1e6}[t.group(2)]
-        case = None
-for c in sorted({k[0] for k in found}):
-    print(build, c, found[(c, "tiered_ratelimit")], found[(c, "governor_keyed_x3")])
-' "$1"
+    2>/dev/null | sed -n 's#^\([^/ ]*\)/tiered_ratelimit/memory.*#\1#p' | sort -u |
+    while read -r group; do
+      echo "$1 $group $(criterion_median "$group" tiered_ratelimit)" \
+        "$(criterion_median "$group" governor_keyed_x3)"
+    done
 }
 
 for round in $(seq "$rounds"); do
