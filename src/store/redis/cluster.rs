@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use super::super::{StoreError, StoreOutcome, StoreRequest, TierCheck};
 use super::blocks;
-use super::script::{self, Found, Reply};
+use super::reply::{self, Found, Reply};
+use super::script;
 use super::sharded::Walk;
 use super::RedisStore;
 use crate::clock::saturating_micros;
@@ -91,7 +92,7 @@ impl RedisStore {
                     let blocked = StoreOutcome::blocked(blocked, Duration::from_millis(ms));
                     return Ok((blocked, Duration::ZERO));
                 }
-                return script::conclude(&checks, &found, false, base, req);
+                return reply::conclude(&checks, &found, false, base, req);
             }
             // A full shadow tier records nothing: there is no member to roll back.
             if let Some(member) = reply.member {
@@ -99,7 +100,7 @@ impl RedisStore {
             }
         }
         let now = first_now.unwrap_or_default();
-        script::conclude(&checks, &found, true, now, req)
+        reply::conclude(&checks, &found, true, now, req)
     }
 
     /// Runs the script for one tier (`check`) on `key` (with the key's block key, in its slot);

@@ -4,7 +4,8 @@
 //! - `mod.rs`: [`RedisStore`], its [`Store`] implementation and the local denial cache's use;
 //! - `connection.rs`: the fred client, the first connection, its state, shutdown;
 //! - `batch.rs`: the task that sends the checks waiting at one moment as one EVALSHA;
-//! - `script.rs` + `script.lua`: the script, its arguments, its reply (one `script::Reply`);
+//! - `script.rs` + `script.lua`: the script and its arguments;
+//! - `reply.rs`: the script's reply read (one `reply::Reply`) and concluded through the algorithm;
 //! - `cluster.rs`: Redis Cluster, one script per tier with reserve-and-rollback;
 //! - `ask.rs`: the workaround for fred not following ASK redirections;
 //! - `blocks.rs`: operators' blocks, keys beside the tiers' that the script reads;
@@ -25,7 +26,7 @@ use self::ask::AskClients;
 use self::batch::Batcher;
 use self::connection::Conn;
 use self::denial_cache::DenialCache;
-use self::script::Reply;
+use self::reply::Reply;
 use super::{Backend, Store, StoreError, StoreOutcome, StoreRequest};
 use crate::clock::saturating_micros;
 use crate::config::{RedisConfig, TimeSource};
@@ -40,6 +41,7 @@ mod connection;
 
 mod denial_cache;
 mod invalidation;
+mod reply;
 mod script;
 mod sharded;
 #[cfg(feature = "tls")]
@@ -239,7 +241,7 @@ impl RedisStore {
     /// moment (see `batch`), or on a cluster one script per tier (see `cluster`), never
     /// batched: two checks' keys there live in different slots, even with one tier each. The
     /// outcome, and for a denial how long the denying tier cannot change (see
-    /// `script::conclude`).
+    /// `reply::conclude`).
     async fn check_remote(
         &self,
         req: &StoreRequest<'_>,
@@ -261,11 +263,11 @@ impl RedisStore {
             .check(keys, args)
             .await
             .map_err(|e| fred_error("rate limit script failed", e))?;
-        let reply = Reply::parse(&script::check_reply(reply)?)?;
-        if let Some(blocked) = script::blocked(&reply, req.tiers)? {
+        let reply = Reply::parse(&reply::check_reply(reply)?)?;
+        if let Some(blocked) = reply::blocked(&reply, req.tiers)? {
             return Ok((blocked, Duration::ZERO));
         }
-        script::conclude(req.tiers, &reply.found, reply.admitted, reply.now, req)
+        reply::conclude(req.tiers, &reply.found, reply.admitted, reply.now, req)
     }
 }
 

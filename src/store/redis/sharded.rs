@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::super::{StoreError, StoreRequest, TierCheck};
 use super::denial_cache::Terms;
-use super::script::Found;
+use super::reply::Found;
 use super::RedisStore;
 use crate::algorithm::until_gone;
 use crate::clock::saturating_micros;
