@@ -30,7 +30,8 @@ pub(super) fn check_reply(reply: Value) -> Result<Vec<Value>, StoreError> {
     }
 }
 
-fn unexpected(reply: &Value) -> StoreError {
+/// The error for a reply (or part of one) the script does not send.
+fn unexpected(reply: &impl std::fmt::Debug) -> StoreError {
     StoreError::new(format!(
         "unexpected reply from the rate limit script: {reply:?}"
     ))
@@ -79,11 +80,7 @@ impl Reply {
     /// `{admitted, now, member, count_1, oldest_1, expiry_1, ...}`, -1 for none; or
     /// `{2, now, '', tier, ms}` for a request refused by a block.
     pub(super) fn parse(reply: &[Value]) -> Result<Self, StoreError> {
-        let bad = || {
-            StoreError::new(format!(
-                "unexpected reply from the rate limit script: {reply:?}"
-            ))
-        };
+        let bad = || unexpected(&reply);
         let int = |v: &Value| v.as_i64().ok_or_else(bad);
         let (Some(admitted), Some(now), Some(member)) = (reply.first(), reply.get(1), reply.get(2))
         else {
