@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::super::{StoreError, StoreOutcome, StoreRequest, TierCheck};
 use super::blocks;
-use super::reply::{self, Found, Reply};
+use super::reply::{conclude, Found, Reply};
 use super::script;
 use super::sharded::Walk;
 use super::RedisStore;
@@ -92,7 +92,7 @@ impl RedisStore {
                     let blocked = StoreOutcome::blocked(blocked, Duration::from_millis(ms));
                     return Ok((blocked, Duration::ZERO));
                 }
-                return reply::conclude(&checks, &found, false, base, req);
+                return conclude(&checks, &found, false, base, req);
             }
             // A full shadow tier records nothing: there is no member to roll back.
             if let Some(member) = reply.member {
@@ -100,7 +100,7 @@ impl RedisStore {
             }
         }
         let now = first_now.unwrap_or_default();
-        reply::conclude(&checks, &found, true, now, req)
+        conclude(&checks, &found, true, now, req)
     }
 
     /// Runs the script for one tier (`check`) on `key` (with the key's block key, in its slot);

@@ -26,7 +26,7 @@ use self::ask::AskClients;
 use self::batch::Batcher;
 use self::connection::Conn;
 use self::denial_cache::DenialCache;
-use self::reply::Reply;
+use self::reply::{blocked, check_reply, conclude, Reply};
 use super::{Backend, Store, StoreError, StoreOutcome, StoreRequest};
 use crate::clock::saturating_micros;
 use crate::config::{RedisConfig, TimeSource};
@@ -263,11 +263,11 @@ impl RedisStore {
             .check(keys, args)
             .await
             .map_err(|e| fred_error("rate limit script failed", e))?;
-        let reply = Reply::parse(&reply::check_reply(reply)?)?;
-        if let Some(blocked) = reply::blocked(&reply, req.tiers)? {
-            return Ok((blocked, Duration::ZERO));
+        let reply = Reply::parse(&check_reply(reply)?)?;
+        if let Some(outcome) = blocked(&reply, req.tiers)? {
+            return Ok((outcome, Duration::ZERO));
         }
-        reply::conclude(req.tiers, &reply.found, reply.admitted, reply.now, req)
+        conclude(req.tiers, &reply.found, reply.admitted, reply.now, req)
     }
 }
 
