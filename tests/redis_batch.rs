@@ -168,10 +168,76 @@ fn generate(seed: u64) -> Sequence {
     Sequence { batches }
 }
 
-/// Runs `checks` as one EVALSHA; the replies, one per check.
+/// Makes about 40% of the checks after a batch's first repeat the check before them in all but
+/// their time and user, as checks of other users on one route do (the limiter then sends them
+/// short). From a second stream, so that a seed found before keeps its sequence without this.
+fn with_repeats(mut sequence: Sequence, seed: u64) -> Sequence {
+    let mut rng = Rng(seed ^ 0x7e9e_a75c_5e0d_5407);
+    for (_, checks) in &mut sequence.batches {
+        for i in 1..checks.len() {
+            if !rng.percent(40) {
+                continue;
+            }
+            let mut check = checks[i - 1].clone();
+            check.args[0] = checks[i].args[0].clone();
+            if USERS.contains(&check.keys[0].as_str()) {
+                let user = USERS[rng.below(USERS.len() as u64) as usize];
+                let tiers: usize = check.args[3].parse().unwrap();
+                check.keys[0] = user.to_owned();
+                if check.keys.len() > tiers {
+                    check.keys[tiers] = block_of(user);
+                }
+            }
+            checks[i] = check;
+        }
+    }
+    sequence
+}
+
+/// The batch's `KEYS` and `ARGV` as the limiter sends them (docs/REDIS.md, "Batches"): a check
+/// that repeats the last check sent whole in all but its time, its first tier's key and its
+/// first block key goes short (its time and an empty string; those two keys), unless
+/// `keep_whole` says to send it whole anyway (the script must take both).
+fn short_form(
+    checks: &[Check],
+    mut keep_whole: impl FnMut() -> bool,
+) -> (Vec<String>, Vec<String>) {
+    let (mut keys, mut args) = (Vec::new(), Vec::new());
+    let mut whole: Option<&Check> = None;
+    for check in checks {
+        let tiers: usize = check.args[3].parse().unwrap();
+        let repeats = whole.is_some_and(|w| {
+            w.args[1..] == check.args[1..]
+                && w.keys.len() == check.keys.len()
+                && (1..check.keys.len()).all(|j| j == tiers || w.keys[j] == check.keys[j])
+        });
+        if repeats && !keep_whole() {
+            args.extend([check.args[0].clone(), String::new()]);
+            keys.extend(check.keys.iter().step_by(tiers).take(2).cloned());
+        } else {
+            keys.extend(check.keys.iter().cloned());
+            args.extend(check.args.iter().cloned());
+            whole = Some(check);
+        }
+    }
+    (keys, args)
+}
+
+/// Runs `checks` as one EVALSHA, each sent whole; the replies, one per check.
 async fn run(client: &Client, script: &Script, checks: &[Check]) -> Vec<Vec<String>> {
     let keys: Vec<String> = checks.iter().flat_map(|c| c.keys.clone()).collect();
     let args: Vec<String> = checks.iter().flat_map(|c| c.args.clone()).collect();
+    run_as(client, script, checks, keys, args).await
+}
+
+/// Runs `checks`, as `keys` and `args`, as one EVALSHA; the replies, one per check.
+async fn run_as(
+    client: &Client,
+    script: &Script,
+    checks: &[Check],
+    keys: Vec<String>,
+    args: Vec<String>,
+) -> Vec<Vec<String>> {
     let reply: Vec<Value> = script
         .evalsha_with_reload(client, keys, args)
         .await
@@ -205,11 +271,18 @@ async fn state(client: &Client) -> Vec<(String, Vec<(String, f64)>, i64)> {
 
 async fn replay(
     seed: u64,
+    repeats: bool,
     batched: &Client,
     alone: &Client,
     script: &Script,
 ) -> Result<(), String> {
-    let sequence = generate(seed);
+    let sequence = if repeats {
+        with_repeats(generate(seed), seed)
+    } else {
+        generate(seed)
+    };
+    // Which repeats go whole anyway (about one in five).
+    let mut coin = Rng(seed ^ 0x3c6e_f372_fe94_f82b);
     for client in [batched, alone] {
         let _: () = client.flushall(false).await.unwrap();
     }
@@ -227,7 +300,8 @@ async fn replay(
                 }
             }
         }
-        let together = run(batched, script, checks).await;
+        let (keys, args) = short_form(checks, || coin.percent(20));
+        let together = run_as(batched, script, checks, keys, args).await;
         let mut one_by_one = Vec::new();
         for check in checks {
             one_by_one.extend(run(alone, script, std::slice::from_ref(check)).await);
@@ -292,8 +366,13 @@ async fn a_batch_answers_and_writes_what_its_checks_alone_would() {
         }
     };
     for seed in seeds {
-        if let Err(failure) = replay(seed, &batched, &alone, &script).await {
-            panic!("{failure}\n(replay: BATCH_SEED={seed:#x} cargo test --test redis_batch)");
+        // Each sequence as generated, then with repeats (checks the limiter sends short).
+        for repeats in [false, true] {
+            if let Err(failure) = replay(seed, repeats, &batched, &alone, &script).await {
+                panic!(
+                    "{failure}\n(repeats: {repeats}; replay: BATCH_SEED={seed:#x} cargo test --test redis_batch)"
+                );
+            }
         }
     }
 }

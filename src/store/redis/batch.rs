@@ -26,6 +26,8 @@ use fred::types::Value;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot, Notify};
 
+use super::script::BatchArgs;
+
 /// Batches on their way to Redis at once: while one is on the wire or being decided, the next
 /// gathers, so Redis always has work and a batch never waits for more than one before it.
 const IN_FLIGHT: usize = 2;
@@ -195,16 +197,18 @@ fn gather(first: Job, jobs: &mut mpsc::UnboundedReceiver<Job>, backlog: &Backlog
 
 /// Runs one batch and hands each check its reply (or the batch's error).
 async fn send(client: &Client, script: &Script, batch: Vec<Job>) {
-    let mut keys = Vec::with_capacity(batch.iter().map(|j| j.keys.len()).sum());
-    let mut args = Vec::with_capacity(batch.iter().map(|j| j.args.len()).sum());
+    let mut checks = BatchArgs::with_capacity(
+        batch.iter().map(|j| j.keys.len()).sum(),
+        batch.iter().map(|j| j.args.len()).sum(),
+    );
     let mut replies = Vec::with_capacity(batch.len());
     for job in batch {
-        keys.extend(job.keys);
-        args.extend(job.args);
+        checks.push(job.keys, job.args);
         replies.push(job.reply);
     }
-    let result: Result<Vec<Value>, FredError> =
-        script.evalsha_with_reload(client, keys, args).await;
+    let result: Result<Vec<Value>, FredError> = script
+        .evalsha_with_reload(client, checks.keys, checks.args)
+        .await;
     match result {
         // A batch of one check is answered with that check's reply.
         Ok(answer) if replies.len() == 1 => {

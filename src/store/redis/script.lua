@@ -16,6 +16,13 @@
 --         shadow mode: it never denies)
 --   KEYS  the tiers' sorted sets, most specific first (user, endpoint, global), then the
 --         block keys of the first b tiers (an operator's block: a string with an expiry)
+-- A check after the first may instead be sent short, as a repeat of the last check sent whole
+-- before it (most checks of a batch differ from the one before only in their time and user):
+--   ARGV  now, then an empty string (where a whole check has its window, never empty)
+--   KEYS  its first tier's key, then (when b > 0) its first block key
+-- and it takes the window, cost, n, b, limits, later tiers' keys and later block keys of that
+-- check. Redis then reads, and the script holds, 2 arguments and 1 or 2 keys for it instead
+-- of 5 + n and n + b. (Every key a short check names is still in KEYS, once.)
 -- The reply holds one reply per check, in order (below).
 --
 -- Each admitted request is ONE member, scored by its time, whatever its cost. A key holds
@@ -52,7 +59,7 @@
 -- plain key's oldest member name, a string of decimal digits, when that is its score), and the
 -- score of the entry whose leaving makes room for this request (-1: none, or not needed).
 --
--- In a batch of about four checks or more, keys several checks share (the endpoint's, the
+-- In a batch of four checks or more, keys several checks share (the endpoint's, the
 -- global one) are read once: the first check that meets such a key in the plain form reads its
 -- oldest members (a prefix of the key) with its count, and the batch then keeps that picture in
 -- step with every command it sends to the key, so that the next checks trim, count and find
@@ -215,8 +222,8 @@ local function cold_paths()
   return c
 end
 
--- The batch's shared keys (see the header). Only a batch of about four checks or more (32
--- arguments) makes these tables and closures: each made at a run costs Redis about a thousand
+-- The batch's shared keys (see the header). Only a batch of four checks or more makes these
+-- tables and closures: each made at a run costs Redis about a thousand
 -- instructions, with the garbage collector's share, and a smaller batch decides each check as
 -- alone (with pictures, a batch of 2 cost 202k instructions a check against 175k without). A shared key (one several of the batch's checks name) has, in `shared`:
 --   left   how many of the batch's checks have yet to reach it
@@ -239,10 +246,20 @@ local shared, order, number, below, flush, picture, time_digits
 local blocks = true
 -- (A check's n and b are single digits: read as bytes, not by strtod.)
 local replies
-if #ARGV > 5 + byte(ARGV[4]) - 48 then
+-- (Locals: a global is a table lookup at every use.)
+local KEYS, ARGV = KEYS, ARGV
+local nargs = #ARGV
+if nargs > 5 + byte(ARGV[4]) - 48 then
   replies = {}
 end
-if #ARGV >= 32 then
+-- Whether the batch has four checks or more (each whole check has 5 + n arguments, each short
+-- one 2).
+local checks, a = 0, 1
+while a <= nargs and checks < 4 do
+  checks = checks + 1
+  a = a + (ARGV[a + 1] == '' and 2 or 5 + byte(ARGV[a + 3]) - 48)
+end
+if checks >= 4 then
   shared, order = {}, {}
   -- The numbers of the batch's arguments, each read once (tonumber is glibc's strtod, and
   -- the batch's checks repeat their windows, costs and limits).
@@ -310,19 +327,32 @@ if #ARGV >= 32 then
     s.pic = {q = q, h = 1, ok = 0, n = count, whole = whole, max = max, adds = {}}
   end
 
-  -- Which keys several checks name, and the batch's block keys: one EXISTS for them all.
-  local a, k, uses, keys = 1, 0, {}, {}
-  while a <= #ARGV do
-    local n, b = byte(ARGV[a + 3]) - 48, byte(ARGV[a + 4]) - 48
-    for i = k + 1, k + n do
-      local key = KEYS[i]
+  -- Which keys several checks name, and the batch's block keys: one EXISTS for them all,
+  -- each named once. (ha, hk: the last whole check's first argument and the keys before it.)
+  local k, ha, hk, uses, keys, seen = 0, 1, 0, {}, {}, {}
+  a = 1
+  while a <= nargs do
+    local short = ARGV[a + 1] == ''
+    if not short then ha, hk = a, k end
+    local n, b = byte(ARGV[ha + 3]) - 48, byte(ARGV[ha + 4]) - 48
+    for i = 1, n do
+      local key = KEYS[i == 1 and k + 1 or hk + i]
       local u = (uses[key] or 0) + 1
       uses[key] = u
       if u == 2 then order[#order + 1] = key end
     end
-    for i = k + n + 1, k + n + b do keys[#keys + 1] = KEYS[i] end
-    k = k + n + b
-    a = a + 5 + n
+    for i = 1, b do
+      local key = KEYS[i > 1 and hk + n + i or short and k + 2 or k + n + 1]
+      if not seen[key] then
+        seen[key] = true
+        keys[#keys + 1] = key
+      end
+    end
+    if short then
+      k, a = k + (b > 0 and 2 or 1), a + 2
+    else
+      k, a = k + n + b, a + 5 + n
+    end
   end
   for _, key in ipairs(order) do shared[key] = {left = uses[key]} end
   blocks = #keys > 0 and call('EXISTS', unpack(keys)) > 0
@@ -336,14 +366,26 @@ local clock, clock_s
 -- likely), or the newest entry {member, score} of a totals key ({} for a key to be made a
 -- totals key, {plain = true} for a plain key to become one).
 local how = {false, false, false}
-local a, k = 1, 0
+local k = 0
+a = 1
 local reply
+-- The last check sent whole: its first argument, the keys before its own, its tiers and block
+-- keys, window and cost (a short check repeats them).
+local ha, hk, n, b, window, cost = 1, 0
 -- The last check's cutoff (for its now and window) and expiry (for its window).
 local cut_now, cut_window, cutoff, cut_s, ttl_window, ttl
 -- The error a check of a batch met (then it and the checks after it answer {3, failed}).
 local failed
-while a <= #ARGV do
-  local n, b = byte(ARGV[a + 3]) - 48, byte(ARGV[a + 4]) - 48
+while a <= nargs do
+  local short = ARGV[a + 1] == ''
+  if not short then
+    ha, hk = a, k
+    n, b = byte(ARGV[a + 3]) - 48, byte(ARGV[a + 4]) - 48
+    window, cost = number(ARGV[a + 1]), number(ARGV[a + 2])
+  end
+  -- Where this check's keys are: its first tier's at k + 1, the later tiers' after kt, its
+  -- first block key at b1, the later ones after kb.
+  local kt, b1, kb = hk, short and k + 2 or k + n + 1, hk + n
   repeat
     if ARGV[a] == '' then
       if not clock then
@@ -357,8 +399,6 @@ while a <= #ARGV do
       -- The client sends an integer in decimal (src/store/redis/script.rs).
       now, now_s = tonumber(ARGV[a]), ARGV[a]
     end
-    local window = number(ARGV[a + 1])
-    local cost = number(ARGV[a + 2])
     -- The cutoff, its digits (for the pictures; none within the epoch's first window) and the
     -- expiry, formatted once for the batch's checks of one time and window (a format is
     -- glibc's printf: about a thousand instructions).
@@ -373,10 +413,10 @@ while a <= #ARGV do
 
     -- Blocks: one EXISTS over the request's block keys when it has any; PTTL only when one is
     -- set.
-    if b > 0 and blocks and call('EXISTS', unpack(KEYS, k + n + 1, k + n + b)) > 0 then
+    if b > 0 and blocks and call('EXISTS', KEYS[b1], unpack(KEYS, kb + 2, kb + b)) > 0 then
       local first, longest = 0, 0
       for i = 1, b do
-        local ms = call('PTTL', KEYS[k + n + i])
+        local ms = call('PTTL', KEYS[i == 1 and b1 or kb + i])
         if ms > 0 then
           if first == 0 then first = i end
           if ms > longest then longest = ms end
@@ -390,8 +430,8 @@ while a <= #ARGV do
 
     reply = {1, now, '', 0, 0, 0, 0, 0, 0, 0, 0, 0}
     for i = 1, n do
-      local key = KEYS[k + i]
-      local limit = number(ARGV[a + 4 + i])
+      local key = KEYS[i == 1 and k + 1 or kt + i]
+      local limit = number(ARGV[ha + 4 + i])
       local shadow = limit < 0
       if shadow then limit = -limit end
       local count, oldest, expiry, base = 0, -1, -1, 0
@@ -553,7 +593,7 @@ while a <= #ARGV do
     reply[3 * n + 4] = nil
 
     for i = 1, n do
-      local key = KEYS[k + i]
+      local key = KEYS[i == 1 and k + 1 or kt + i]
       local kind = how[i]
       if kind then
         local member
@@ -648,14 +688,17 @@ while a <= #ARGV do
   until true
   if failed then break end
   if replies then replies[#replies + 1] = reply end
-  k = k + n + b
-  a = a + 5 + n
+  if short then
+    k, a = k + (b > 0 and 2 or 1), a + 2
+  else
+    k, a = k + n + b, a + 5 + n
+  end
 end
 if failed then
   if not replies then return {err = failed} end
-  while a <= #ARGV do
+  while a <= nargs do
     replies[#replies + 1] = {3, failed}
-    a = a + 5 + byte(ARGV[a + 3]) - 48
+    a = a + (ARGV[a + 1] == '' and 2 or 5 + byte(ARGV[a + 3]) - 48)
   end
 end
 -- The batch's end: what the pictures hold back and trimmed, then the shared keys' expiry.

@@ -4,6 +4,8 @@
 //! The script trims, counts and, only if every enforced tier has room, records the request in
 //! every tier with room, atomically.
 
+use std::ops::Range;
+
 use super::super::{StoreRequest, TierCheck};
 use crate::clock::saturating_micros;
 use crate::config::TimeSource;
@@ -49,6 +51,69 @@ pub(super) fn with_blocks(check: &[String], blocks: usize) -> Vec<String> {
     args
 }
 
+/// A batch's `KEYS` and `ARGV`, its checks added in order (see `script.lua`). A check that
+/// repeats the last check sent whole in all but its time, its first tier's key and its first
+/// block key (most checks of a batch: other users on the same route) is sent short: its time
+/// and an empty string, its first tier's key and its first block key. Redis then reads 2
+/// arguments and 1 or 2 keys for it instead of 5 + n arguments and n + b keys.
+#[derive(Debug, Default)]
+pub(super) struct BatchArgs {
+    /// The script's `KEYS`.
+    pub(super) keys: Vec<String>,
+    /// The script's `ARGV`.
+    pub(super) args: Vec<String>,
+    /// Where the keys and the arguments of the last check sent whole are.
+    whole: Option<(Range<usize>, Range<usize>)>,
+}
+
+impl BatchArgs {
+    /// An empty batch with room for `keys` keys and `args` arguments.
+    pub(super) fn with_capacity(keys: usize, args: usize) -> Self {
+        Self {
+            keys: Vec::with_capacity(keys),
+            args: Vec::with_capacity(args),
+            whole: None,
+        }
+    }
+
+    /// Adds one check: its keys and arguments (see [`args`]).
+    pub(super) fn push(&mut self, mut keys: Vec<String>, mut args: Vec<String>) {
+        let tiers = args.len().saturating_sub(5);
+        if tiers > 0 && self.repeats(&keys, &args, tiers) {
+            args.truncate(1);
+            args.push(String::new());
+            if keys.len() > tiers {
+                keys.swap(1, tiers);
+            }
+            keys.truncate(if keys.len() > tiers { 2 } else { 1 });
+            self.keys.append(&mut keys);
+            self.args.append(&mut args);
+            return;
+        }
+        self.whole = Some((
+            self.keys.len()..self.keys.len() + keys.len(),
+            self.args.len()..self.args.len() + args.len(),
+        ));
+        self.keys.append(&mut keys);
+        self.args.append(&mut args);
+    }
+
+    /// Whether a check of `tiers` tiers with `keys` and `args` repeats the last whole check but
+    /// for its time (`args[0]`), its first tier's key (`keys[0]`) and its first block key
+    /// (`keys[tiers]`).
+    fn repeats(&self, keys: &[String], args: &[String], tiers: usize) -> bool {
+        let Some((k, a)) = &self.whole else {
+            return false;
+        };
+        let (whole_keys, whole_args) = (&self.keys[k.clone()], &self.args[a.clone()]);
+        whole_args.len() == args.len()
+            && whole_args[1..] == args[1..]
+            && whole_keys.len() == keys.len()
+            && whole_keys[1..tiers] == keys[1..tiers]
+            && (keys.len() == tiers || whole_keys[tiers + 1..] == keys[tiers + 1..])
+    }
+}
+
 /// A tier's limit as the script takes it: negative for a shadow tier.
 fn limit_arg(tier: &TierCheck<'_>) -> String {
     if tier.shadow {
@@ -83,5 +148,91 @@ mod tests {
             ["7", "1500000", "3", "2", "1", "5", "-9"].map(String::from)
         );
         assert_eq!(args(&req, "", &tiers[1..], 0).len(), 6);
+    }
+
+    fn strings(s: &[&str]) -> Vec<String> {
+        s.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_check_that_repeats_the_last_whole_one_but_for_its_time_and_first_keys_is_sent_short() {
+        let mut batch = BatchArgs::default();
+        let whole = ["10", "1000", "1", "3", "2", "5", "6", "7"];
+        let (a, a_block) = (["u:a", "e", "g", "{u:a}#b", "{e}#b"], "{u:a}#b");
+        batch.push(strings(&a), strings(&whole));
+        // Another user, the same route: short.
+        batch.push(
+            strings(&["u:b", "e", "g", "{u:b}#b", "{e}#b"]),
+            strings(&["11", "1000", "1", "3", "2", "5", "6", "7"]),
+        );
+        // Another limit (an override, or a shadow tier): whole.
+        batch.push(
+            strings(&["u:c", "e", "g", "{u:c}#b", "{e}#b"]),
+            strings(&["12", "1000", "1", "3", "2", "5", "6", "-7"]),
+        );
+        // Short again, as a repeat of the check just sent whole; the same user is no matter.
+        batch.push(
+            strings(&["u:c", "e", "g", "{u:c}#b", "{e}#b"]),
+            strings(&["", "1000", "1", "3", "2", "5", "6", "-7"]),
+        );
+        // Another endpoint, another endpoint block key, another cost: whole each.
+        for (keys, args) in [
+            (
+                ["u:d", "f", "g", "{u:d}#b", "{e}#b"],
+                ["13", "1000", "1", "3", "2", "5", "6", "-7"],
+            ),
+            (
+                ["u:d", "f", "g", "{u:d}#b", "{f}#b"],
+                ["13", "1000", "1", "3", "2", "5", "6", "-7"],
+            ),
+            (
+                ["u:d", "f", "g", "{u:d}#b", "{f}#b"],
+                ["13", "1000", "2", "3", "2", "5", "6", "-7"],
+            ),
+        ] {
+            batch.push(strings(&keys), strings(&args));
+        }
+        // Without block keys, and with one tier.
+        batch.push(
+            strings(&["u:e", "e", "g"]),
+            strings(&["14", "1000", "1", "3", "0", "5", "6", "7"]),
+        );
+        batch.push(
+            strings(&["u:f", "e", "g"]),
+            strings(&["15", "1000", "1", "3", "0", "5", "6", "7"]),
+        );
+        batch.push(
+            strings(&["g"]),
+            strings(&["16", "1000", "1", "1", "0", "7"]),
+        );
+        batch.push(
+            strings(&["g"]),
+            strings(&["17", "1000", "1", "1", "0", "7"]),
+        );
+        let mut keys = strings(&a);
+        keys.extend(strings(&["u:b", "{u:b}#b"]));
+        keys.extend(strings(&[
+            "u:c", "e", "g", "{u:c}#b", "{e}#b", "u:c", "{u:c}#b",
+        ]));
+        keys.extend(strings(&["u:d", "f", "g", "{u:d}#b", "{e}#b"]));
+        for _ in 0..2 {
+            keys.extend(strings(&["u:d", "f", "g", "{u:d}#b", "{f}#b"]));
+        }
+        keys.extend(strings(&["u:e", "e", "g", "u:f", "g", "g"]));
+        assert_eq!(batch.keys, keys);
+        let mut args = strings(&whole);
+        args.extend(strings(&["11", ""]));
+        args.extend(strings(&[
+            "12", "1000", "1", "3", "2", "5", "6", "-7", "", "",
+        ]));
+        for (now, cost) in [("13", "1"), ("13", "1"), ("13", "2")] {
+            args.extend(strings(&[now, "1000", cost, "3", "2", "5", "6", "-7"]));
+        }
+        args.extend(strings(&[
+            "14", "1000", "1", "3", "0", "5", "6", "7", "15", "",
+        ]));
+        args.extend(strings(&["16", "1000", "1", "1", "0", "7", "17", ""]));
+        assert_eq!(batch.args, args);
+        assert_eq!(a_block, batch.keys[3]);
     }
 }
