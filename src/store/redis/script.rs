@@ -154,6 +154,94 @@ mod tests {
         s.iter().map(|s| s.to_string()).collect()
     }
 
+    /// A batch's checks read back from its `KEYS` and `ARGV` as `script.lua`'s header says:
+    /// a check whose second argument is empty is short and repeats the last whole one but for
+    /// its time, its first tier's key and (with block keys) its first block key.
+    fn decode(keys: &[String], args: &[String]) -> Vec<(Vec<String>, Vec<String>)> {
+        let (mut checks, mut a, mut k) = (Vec::new(), 0, 0);
+        let mut whole: Option<(Vec<String>, Vec<String>)> = None;
+        while a < args.len() {
+            if args[a + 1].is_empty() {
+                let (mut ks, mut xs) = whole.clone().expect("a short check after a whole one");
+                let tiers: usize = xs[3].parse().unwrap();
+                xs[0] = args[a].clone();
+                ks[0] = keys[k].clone();
+                k += 1;
+                if ks.len() > tiers {
+                    ks[tiers] = keys[k].clone();
+                    k += 1;
+                }
+                checks.push((ks, xs));
+                a += 2;
+            } else {
+                let tiers: usize = args[a + 3].parse().unwrap();
+                let blocks: usize = args[a + 4].parse().unwrap();
+                let check = (
+                    keys[k..k + tiers + blocks].to_vec(),
+                    args[a..a + 5 + tiers].to_vec(),
+                );
+                whole = Some(check.clone());
+                checks.push(check);
+                k += tiers + blocks;
+                a += 5 + tiers;
+            }
+        }
+        assert_eq!(k, keys.len(), "every key read once");
+        checks
+    }
+
+    #[test]
+    fn every_batch_reads_back_as_the_checks_put_in_it() {
+        let mut next = crate::test_rng::seeded(0x5eed_ba7c);
+        let mut short = 0;
+        for _ in 0..5_000 {
+            let mut batch = BatchArgs::default();
+            let mut checks = Vec::new();
+            for _ in 0..1 + next() % 12 {
+                // 1 to 3 tiers (the global one last), block keys for the others or none, few
+                // users, routes, windows, costs and limits, so that checks repeat often.
+                let tiers = 1 + (next() % 3) as usize;
+                let mut keys: Vec<String> = (0..tiers)
+                    .map(|i| match (i + 3 - tiers, next() % 3) {
+                        (0, u) => format!("u:{u}"),
+                        (1, e) => format!("e:{}", e % 2),
+                        _ => "g".to_owned(),
+                    })
+                    .collect();
+                if next().is_multiple_of(2) {
+                    let blocked: Vec<String> = keys[..tiers - usize::from(keys[tiers - 1] == "g")]
+                        .iter()
+                        // (The format allows any block key: not only one per tier's key.)
+                        .map(|key| format!("{{{key}}}#b{}", next() % 4 / 3))
+                        .collect();
+                    keys.extend(blocked);
+                }
+                let now = match next() % 3 {
+                    0 => String::new(),
+                    n => (1_000 + n).to_string(),
+                };
+                let mut args = vec![
+                    now,
+                    ["1000000", "2000000"][(next().is_multiple_of(4)) as usize].to_owned(),
+                    ["1", "2"][(next().is_multiple_of(5)) as usize].to_owned(),
+                    tiers.to_string(),
+                    (keys.len() - tiers).to_string(),
+                ];
+                args.extend(
+                    (0..tiers).map(|_| ["5", "-5"][(next().is_multiple_of(6)) as usize].to_owned()),
+                );
+                batch.push(keys.clone(), args.clone());
+                checks.push((keys, args));
+            }
+            short += checks.iter().map(|c| c.1.len()).sum::<usize>() - batch.args.len();
+            assert_eq!(decode(&batch.keys, &batch.args), checks);
+        }
+        assert!(
+            short > 5_000,
+            "short checks were made: {short} empty arguments"
+        );
+    }
+
     #[test]
     fn a_check_that_repeats_the_last_whole_one_but_for_its_time_and_first_keys_is_sent_short() {
         let mut batch = BatchArgs::default();
