@@ -223,9 +223,10 @@ local function cold_paths()
 end
 
 -- The batch's shared keys (see the header). Only a batch of four checks or more makes these
--- tables and closures: each made at a run costs Redis about a thousand
--- instructions, with the garbage collector's share, and a smaller batch decides each check as
--- alone (with pictures, a batch of 2 cost 202k instructions a check against 175k without). A shared key (one several of the batch's checks name) has, in `shared`:
+-- tables and closures: each made at a run costs Redis about a thousand instructions, with the
+-- garbage collector's share, and a smaller batch decides each check as alone (with pictures,
+-- a batch of 2 cost 202k instructions a check against 175k without; of 3, 190k against 181k).
+-- A shared key (one several of the batch's checks name) has, in `shared`:
 --   left   how many of the batch's checks have yet to reach it
 --   ttl    the PEXPIRE of its last admission in the batch, sent at the batch's end
 --   pic    its picture, or nil:
