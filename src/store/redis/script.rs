@@ -80,20 +80,22 @@ impl BatchArgs {
     pub(super) fn push(&mut self, mut keys: Vec<String>, mut args: Vec<String>) {
         let tiers = args.len().saturating_sub(5);
         if tiers > 0 && self.repeats(&keys, &args, tiers) {
+            // Short: the time and an empty string; the first tier's key, then the first block
+            // key if there are block keys.
             args.truncate(1);
             args.push(String::new());
             if keys.len() > tiers {
                 keys.swap(1, tiers);
+                keys.truncate(2);
+            } else {
+                keys.truncate(1);
             }
-            keys.truncate(if keys.len() > tiers { 2 } else { 1 });
-            self.keys.append(&mut keys);
-            self.args.append(&mut args);
-            return;
+        } else {
+            self.whole = Some((
+                self.keys.len()..self.keys.len() + keys.len(),
+                self.args.len()..self.args.len() + args.len(),
+            ));
         }
-        self.whole = Some((
-            self.keys.len()..self.keys.len() + keys.len(),
-            self.args.len()..self.args.len() + args.len(),
-        ));
         self.keys.append(&mut keys);
         self.args.append(&mut args);
     }
@@ -106,8 +108,7 @@ impl BatchArgs {
             return false;
         };
         let (whole_keys, whole_args) = (&self.keys[k.clone()], &self.args[a.clone()]);
-        whole_args.len() == args.len()
-            && whole_args[1..] == args[1..]
+        whole_args[1..] == args[1..]
             && whole_keys.len() == keys.len()
             && whole_keys[1..tiers] == keys[1..tiers]
             && (keys.len() == tiers || whole_keys[tiers + 1..] == keys[tiers + 1..])
