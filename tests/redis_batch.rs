@@ -282,7 +282,29 @@ async fn replay(
         generate(seed)
     };
     // Which repeats go whole anyway (about one in five).
-    let mut coin = Rng(seed ^ 0x3c6e_f372_fe94_f82b);
+    let coin = Rng(seed ^ 0x3c6e_f372_fe94_f82b);
+    compare(
+        &sequence,
+        &format!("seed {seed:#x}"),
+        coin,
+        batched,
+        alone,
+        script,
+    )
+    .await
+}
+
+/// Runs `sequence` on both servers, each batch as one EVALSHA on `batched` (its repeats sent
+/// short, but those `coin` keeps whole) and check by check on `alone`; the first difference in
+/// a reply or a key, named by `name`.
+async fn compare(
+    sequence: &Sequence,
+    name: &str,
+    mut coin: Rng,
+    batched: &Client,
+    alone: &Client,
+    script: &Script,
+) -> Result<(), String> {
     for client in [batched, alone] {
         let _: () = client.flushall(false).await.unwrap();
     }
@@ -309,7 +331,7 @@ async fn replay(
         for (i, (t, o)) in together.iter().zip(&one_by_one).enumerate() {
             if t != o && !same_block(t, o) {
                 return Err(format!(
-                    "seed {seed:#x}, batch {b}, check {i} of {}: batched {t:?}, alone {o:?}\nthe batch: {checks:#?}",
+                    "{name}, batch {b}, check {i} of {}: batched {t:?}, alone {o:?}\nthe batch: {checks:#?}",
                     checks.len()
                 ));
             }
@@ -318,13 +340,13 @@ async fn replay(
         for ((key, m1, t1), (_, m2, t2)) in s1.iter().zip(&s2) {
             if m1 != m2 {
                 return Err(format!(
-                    "seed {seed:#x}, after batch {b}: key {key}: batched {m1:?}, alone {m2:?}\nthe batch: {checks:#?}"
+                    "{name}, after batch {b}: key {key}: batched {m1:?}, alone {m2:?}\nthe batch: {checks:#?}"
                 ));
             }
             // Both with an expiry (or no key), and about the same one.
             if *t1 == -1 || *t2 == -1 || (*t1 < 0) != (*t2 < 0) || (t1 - t2).abs() > 20 {
                 return Err(format!(
-                    "seed {seed:#x}, after batch {b}: key {key}: expiry (10 ms) batched {t1}, alone {t2}"
+                    "{name}, after batch {b}: key {key}: expiry (10 ms) batched {t1}, alone {t2}"
                 ));
             }
         }
@@ -374,6 +396,72 @@ async fn a_batch_answers_and_writes_what_its_checks_alone_would() {
                 );
             }
         }
+    }
+}
+
+/// One whole check of unit cost at `now` (window `window`, no block keys) on `tiers` (key,
+/// limit).
+fn check_at(now: u64, window: u64, tiers: &[(&str, u64)]) -> Check {
+    let mut args = vec![
+        now.to_string(),
+        window.to_string(),
+        "1".to_owned(),
+        tiers.len().to_string(),
+        "0".to_owned(),
+    ];
+    args.extend(tiers.iter().map(|t| t.1.to_string()));
+    Check {
+        keys: tiers.iter().map(|t| t.0.to_owned()).collect(),
+        args,
+    }
+}
+
+/// A check more than a window ahead of the others trims a shared key's picture empty, and a
+/// later tier then denies it (so it records nothing, and its trim waits in the picture). The
+/// next check, back at the earlier time, must be recorded after that trim, as it is alone, and
+/// not held back before it: the shortcut the batch takes for the members of one microsecond
+/// (the tests it made for the last member at that time hold for the next) ends at any trim.
+/// A random sequence meets this seldom; before the shortcut's end at a trim was tested, the
+/// member was held back and then trimmed with the others, and the key left empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trim_by_a_denied_check_ends_the_batch_shortcut_for_one_microsecond() {
+    let (a, b) = (RedisServer::start(), RedisServer::start());
+    let (batched, alone) = (client(&a).await, client(&b).await);
+    let script = Script::from_lua(SOURCE);
+    let (t, w) = (1_700_000_000_000_000_u64, 10_000_000_u64);
+    let (e, ahead) = (ENDPOINTS[0], t + 3 * w);
+    let sequence = Sequence {
+        batches: vec![
+            // The global tier, limit 1, full at the later time.
+            (Vec::new(), vec![check_at(ahead, w, &[(GLOBAL, 1)])]),
+            (
+                Vec::new(),
+                vec![
+                    check_at(t, w, &[(e, 100)]),
+                    check_at(t, w, &[(e, 100)]),
+                    check_at(ahead, w, &[(e, 100), (GLOBAL, 1)]),
+                    check_at(t, w, &[(e, 100)]),
+                    check_at(t, w, &[(e, 100)]),
+                ],
+            ),
+        ],
+    };
+    // Its repeats sent short, or (as a coin picks) some of them whole.
+    for coin in [1, 2, 3] {
+        let name = format!("coin {coin}");
+        let coin = Rng(coin);
+        if let Err(failure) = compare(&sequence, &name, coin, &batched, &alone, &script).await {
+            panic!("{failure}");
+        }
+        // What happened, as the test means it: the later check denied (the global tier keeps
+        // its one entry) after trimming the key, and the two checks after it recorded.
+        let members: Vec<(String, f64)> = batched
+            .zrange(e, 0, -1, None, false, None, true)
+            .await
+            .unwrap();
+        assert_eq!(members.len(), 2, "{name}: {members:?}");
+        let global: i64 = batched.zcard(GLOBAL).await.unwrap();
+        assert_eq!(global, 1, "{name}");
     }
 }
 

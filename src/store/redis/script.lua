@@ -446,7 +446,12 @@ while a <= nargs do
           -- The batch's picture answers if it can (cost 1, the oldest entry known and not
           -- from the future, room left), else Redis does.
           local c, o, taken
-          if cost == 1 then
+          if cost == 1 and pic.fn == now_s and pic.fc == cutoff then
+            -- As the last check that read the picture at this time and cutoff found it (no
+            -- check read it since): the trim below would stop where it stopped.
+            c, o, taken = pic.n, pic.q[pic.h], pic.at == now_s
+          elseif cost == 1 then
+            pic.fn = nil
             local q, h = pic.q, pic.h
             -- Trims the picture, reading each name it reaches (ok: the last one read).
             while h <= #q do
@@ -459,7 +464,7 @@ while a <= nargs do
               h = h + 1
             end
             if h > pic.h then
-              pic.n, pic.cut = pic.n - (h - pic.h), cut_s
+              pic.n, pic.cut, pic.rn = pic.n - (h - pic.h), cut_s, nil
               pic.h = h
             end
             if h > pic.ok and h <= #q then
@@ -468,6 +473,7 @@ while a <= nargs do
               c, o = 0, -1
             elseif h <= #q and not below(now_s, q[h]) then
               c, o, taken = pic.n, q[h], pic.at == now_s
+              pic.fn, pic.fc = now_s, cutoff
             end
           end
           if c and c + 1 <= limit then
@@ -597,41 +603,48 @@ while a <= nargs do
       local key = KEYS[i == 1 and k + 1 or kt + i]
       local kind = how[i]
       if kind then
-        local member
+        local member, held
         local sk = shared and shared[key]
         local pic = sk and sk.pic
         if type(kind) == 'number' then
           -- plain, cost 1
-          if pic and pic.cut and below(now_s, pic.cut) then
-            -- Before a trim the picture has not sent (a clock more than a window behind).
-            flush(key, sk)
-            pic = nil
-          end
-          if pic and below(pic.max, now_s) then
-            -- Held back and named as ZADD NX would, one member at a time: the plain name if
-            -- free, else '-k' from k = |kind| on. That needs every name at now to be the
-            -- batch's: so only when the key had nothing at now or later when the picture was
-            -- made (max), and no member was held back at a later time (used_at only grows; a
-            -- member recorded in Redis instead is at or below max, or below used_at).
-            local used = pic.used
-            if pic.used_at ~= now_s and not (pic.used_at and below(now_s, pic.used_at)) then
-              used = {}
-              pic.used, pic.used_at = used, now_s
+          if pic and pic.rn == now_s then
+            -- The last member recorded in the key was held back at this time, and nothing
+            -- the tests below read has changed since (rn: see the shared key's part below).
+            held = true
+          else
+            if pic and pic.cut and below(now_s, pic.cut) then
+              -- Before a trim the picture has not sent (a clock more than a window behind).
+              flush(key, sk)
+              pic = nil
             end
-            if pic.used_at == now_s then
-              if kind >= 0 and not used[true] then
-                used[true] = true
-                member = now_s
-              else
-                local j = kind < 0 and -kind or kind
-                while used[j] do j = j + 1 end
-                used[j] = true
-                member = format('%s-%d', now_s, j)
+            if pic and below(pic.max, now_s) then
+              -- Held back and named as ZADD NX would, one member at a time: the plain name if
+              -- free, else '-k' from k = |kind| on. That needs every name at now to be the
+              -- batch's: so only when the key had nothing at now or later when the picture
+              -- was made (max), and no member was held back at a later time (used_at only
+              -- grows; a member recorded in Redis instead is at or below max, or below
+              -- used_at).
+              if pic.used_at ~= now_s and not (pic.used_at and below(now_s, pic.used_at)) then
+                pic.used, pic.used_at = {}, now_s
               end
-              local adds = pic.adds
-              adds[#adds + 1] = now_s
-              adds[#adds + 1] = member
+              held = pic.used_at == now_s
             end
+          end
+          if held then
+            local used = pic.used
+            if kind >= 0 and not used[true] then
+              used[true] = true
+              member = now_s
+            else
+              local j = kind < 0 and -kind or kind
+              while used[j] do j = j + 1 end
+              used[j] = true
+              member = format('%s-%d', now_s, j)
+            end
+            local adds = pic.adds
+            adds[#adds + 1] = now_s
+            adds[#adds + 1] = member
           end
           if member then
             -- held back by the picture
@@ -673,11 +686,15 @@ while a <= nargs do
           pic = sk.pic
           if pic then
             local q = pic.q
-            if pic.h <= #q and below(now_s, q[#q]) then
+            if pic.rn ~= now_s and pic.h <= #q and below(now_s, q[#q]) then
               flush(key, sk)
             else
               if pic.whole then q[#q + 1] = now_s end
-              pic.n, pic.at = pic.n + 1, now_s
+              -- rn: this member was held back at now, after the tests above and the one here
+              -- found the picture as they will find it for the next member at now, until a
+              -- trim moves its start (the first pass then clears rn) or a member is recorded
+              -- otherwise or at another time (here).
+              pic.n, pic.at, pic.rn = pic.n + 1, now_s, held and now_s or nil
             end
           end
         else
