@@ -329,29 +329,55 @@ if checks >= 4 then
   end
 
   -- Which keys several checks name, and the batch's block keys: one EXISTS for them all,
-  -- each named once. (ha, hk: the last whole check's first argument and the keys before it.)
-  local k, ha, hk, uses, keys, seen = 0, 1, 0, {}, {}, {}
+  -- each named once. A short check names its first tier's key and first block key; its later
+  -- ones are the last whole check's (whose keys come after hk), counted once for all its
+  -- repeats (r) when the next whole check, or the end, comes.
+  local k, hk, n, b, r, uses, keys, seen = 0, 0, 0, 0, 0, {}, {}, {}
   a = 1
-  while a <= nargs do
-    local short = ARGV[a + 1] == ''
-    if not short then ha, hk = a, k end
-    local n, b = byte(ARGV[ha + 3]) - 48, byte(ARGV[ha + 4]) - 48
-    for i = 1, n do
-      local key = KEYS[i == 1 and k + 1 or hk + i]
+  while true do
+    local short = a <= nargs and ARGV[a + 1] == ''
+    if short then
+      r = r + 1
+      local key = KEYS[k + 1]
       local u = (uses[key] or 0) + 1
       uses[key] = u
       if u == 2 then order[#order + 1] = key end
-    end
-    for i = 1, b do
-      local key = KEYS[i > 1 and hk + n + i or short and k + 2 or k + n + 1]
-      if not seen[key] then
-        seen[key] = true
-        keys[#keys + 1] = key
+      if b > 0 then
+        key = KEYS[k + 2]
+        if not seen[key] then
+          seen[key] = true
+          keys[#keys + 1] = key
+        end
+        k = k + 2
+      else
+        k = k + 1
       end
-    end
-    if short then
-      k, a = k + (b > 0 and 2 or 1), a + 2
+      a = a + 2
     else
+      if r > 0 then
+        for i = 2, n do
+          local key = KEYS[hk + i]
+          local u = uses[key]
+          if u < 2 then order[#order + 1] = key end
+          uses[key] = u + r
+        end
+        r = 0
+      end
+      if a > nargs then break end
+      hk, n, b = k, byte(ARGV[a + 3]) - 48, byte(ARGV[a + 4]) - 48
+      for i = 1, n do
+        local key = KEYS[k + i]
+        local u = (uses[key] or 0) + 1
+        uses[key] = u
+        if u == 2 then order[#order + 1] = key end
+      end
+      for i = 1, b do
+        local key = KEYS[k + n + i]
+        if not seen[key] then
+          seen[key] = true
+          keys[#keys + 1] = key
+        end
+      end
       k, a = k + n + b, a + 5 + n
     end
   end
@@ -370,9 +396,10 @@ local how = {false, false, false}
 local k = 0
 a = 1
 local reply
--- The last check sent whole: its first argument, the keys before its own, its tiers and block
--- keys, window and cost (a short check repeats them).
-local ha, hk, n, b, window, cost = 1, 0
+-- The last check sent whole: the keys before its own, its tiers and block keys, window, cost
+-- and limits (a short check repeats them).
+local hk, n, b, window, cost = 0
+local limits = {}
 -- The last check's cutoff (for its now and window) and expiry (for its window).
 local cut_now, cut_window, cutoff, cut_s, ttl_window, ttl
 -- The error a check of a batch met (then it and the checks after it answer {3, failed}).
@@ -380,9 +407,10 @@ local failed
 while a <= nargs do
   local short = ARGV[a + 1] == ''
   if not short then
-    ha, hk = a, k
+    hk = k
     n, b = byte(ARGV[a + 3]) - 48, byte(ARGV[a + 4]) - 48
     window, cost = number(ARGV[a + 1]), number(ARGV[a + 2])
+    for i = 1, n do limits[i] = number(ARGV[a + 4 + i]) end
   end
   -- Where this check's keys are: its first tier's at k + 1, the later tiers' after kt, its
   -- first block key at b1, the later ones after kb.
@@ -432,7 +460,7 @@ while a <= nargs do
     reply = {1, now, '', 0, 0, 0, 0, 0, 0, 0, 0, 0}
     for i = 1, n do
       local key = KEYS[i == 1 and k + 1 or kt + i]
-      local limit = number(ARGV[ha + 4 + i])
+      local limit = limits[i]
       local shadow = limit < 0
       if shadow then limit = -limit end
       local count, oldest, expiry, base = 0, -1, -1, 0
