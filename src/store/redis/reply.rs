@@ -77,8 +77,9 @@ pub(super) struct Reply {
 
 impl Reply {
     /// Reads the script's reply (see `script.lua`):
-    /// `{admitted, now, member, count_1, oldest_1, expiry_1, ...}`, -1 for none; or
-    /// `{2, now, '', tier, ms}` for a request refused by a block.
+    /// `{admitted, now, member, count_1, oldest_1, expiry_1, ...}`, -1 for none (admitted 1 or
+    /// 0); `{4, now, member, count_1, oldest_1, ...}` for a request recorded where no tier was
+    /// full (no expiries); or `{2, now, '', tier, ms}` for a request refused by a block.
     pub(super) fn parse(reply: &[Value]) -> Result<Self, StoreError> {
         let bad = || unexpected(&reply);
         let int = |v: &Value| v.as_i64().ok_or_else(bad);
@@ -105,7 +106,14 @@ impl Reply {
                 blocked: Some((index, ms)),
             });
         }
-        if facts.is_empty() || !facts.len().is_multiple_of(3) {
+        // Recorded with no tier full: pairs (count, oldest); else triples (and the expiry).
+        let (admitted, width) = match int(admitted)? {
+            4 => (true, 2),
+            1 => (true, 3),
+            0 => (false, 3),
+            _ => return Err(bad()),
+        };
+        if facts.is_empty() || !facts.len().is_multiple_of(width) {
             return Err(bad());
         }
         let time = |v: i64| u64::try_from(v).ok();
@@ -127,22 +135,21 @@ impl Reply {
             })
         };
         let found = facts
-            .chunks(3)
+            .chunks(width)
             .enumerate()
             .map(|(i, f)| {
                 Ok(Found {
                     count: u64::try_from(int(&f[0])?).map_err(|_| bad())?,
                     oldest: time(oldest(&f[1], i + 1)?),
-                    expiry: time(int(&f[2])?),
+                    expiry: match f.get(2) {
+                        Some(e) => time(int(e)?),
+                        None => None,
+                    },
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
         Ok(Self {
-            admitted: match int(admitted)? {
-                1 => true,
-                0 => false,
-                _ => return Err(bad()),
-            },
+            admitted,
             now: u64::try_from(int(now)?).map_err(|_| bad())?,
             member: member.as_string().filter(|m| !m.is_empty()),
             found,
@@ -293,6 +300,35 @@ mod tests {
         wrong.extend(ints(&[4, 40, -1]));
         let parsed = Reply::parse(&wrong).unwrap();
         assert!(conclude(&tiers, &parsed.found, parsed.admitted, parsed.now, &req).is_err());
+    }
+
+    #[test]
+    fn a_recording_with_no_tier_full_is_read_in_pairs() {
+        // {4, now, member, count, oldest, ...}: the facts of a triple, with no expiry.
+        let mut pairs = ints(&[4, 1_000]);
+        pairs.push(Value::from("1000"));
+        pairs.extend(ints(&[3]));
+        pairs.push(Value::from("900"));
+        pairs.extend(ints(&[7, -1]));
+        let mut triples = ints(&[1, 1_000]);
+        triples.push(Value::from("1000"));
+        triples.extend(ints(&[3]));
+        triples.push(Value::from("900"));
+        triples.extend(ints(&[-1, 7, -1, -1]));
+        let parsed = Reply::parse(&pairs).unwrap();
+        assert_eq!(parsed, Reply::parse(&triples).unwrap());
+        assert!(parsed.admitted);
+        assert_eq!(parsed.found.len(), 2);
+        assert_eq!(parsed.found[0].oldest, Some(900));
+        // Pairs only for a recording, and whole: a denial or a pair cut short is an error.
+        for bad in [
+            &[4, 1_000, 0, 3, 900, 7][..],
+            &[4, 1_000, 0][..],
+            &[0, 1_000, 0, 3, 900][..],
+            &[5, 1_000, 0, 3, 900][..],
+        ] {
+            assert!(Reply::parse(&ints(bad)).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

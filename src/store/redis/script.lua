@@ -53,7 +53,10 @@
 -- the answer from them:
 --   {admitted, now, member, count_1, oldest_1, expiry_1, ..., count_k, oldest_k, expiry_k}
 -- admitted is 1 (recorded in every tier with room) or 0 (recorded nowhere: tier k is the first
--- enforced tier without room, and the facts stop there); now is the time the check used;
+-- enforced tier without room, and the facts stop there), or 4 when no tier was full (then
+-- recorded in every tier, and each tier's facts are a pair, without the expiry: three
+-- elements fewer for Redis to reply, on the path most checks take); now is the time the
+-- check used;
 -- member is what was recorded in the first recording tier ('' if none; a cluster's rollback
 -- removes it); per tier: the units live in the window, the oldest entry's score (-1: none; a
 -- plain key's oldest member name, a string of decimal digits, when that is its score), and the
@@ -457,7 +460,9 @@ while a <= nargs do
       end
     end
 
-    reply = {1, now, '', 0, 0, 0, 0, 0, 0, 0, 0, 0}
+    -- In pairs (count, oldest) while no tier is full, then in triples (and its expiry).
+    reply = {4, now, '', 0, 0, 0, 0, 0, 0}
+    local w = 2
     for i = 1, n do
       local key = KEYS[i == 1 and k + 1 or kt + i]
       local limit = limits[i]
@@ -610,10 +615,19 @@ while a <= nargs do
           break
         end
       end
-      local r = 3 * i
+      if full and w == 2 then
+        -- The tiers before this one go from pairs to triples (from the last, so that none is
+        -- overwritten before it moves).
+        for j = i - 1, 1, -1 do
+          local c, o = reply[2 * j + 2], reply[2 * j + 3]
+          reply[3 * j + 1], reply[3 * j + 2], reply[3 * j + 3] = c, o, -1
+        end
+        reply[1], w = 1, 3
+      end
+      local r = w * i + 3 - w
       reply[r + 1] = count
       reply[r + 2] = oldest
-      reply[r + 3] = expiry
+      if w == 3 then reply[r + 3] = expiry end
       if full then
         if not shadow then
           reply[1] = 0
@@ -625,7 +639,7 @@ while a <= nargs do
       how[i] = kind
     end
     if failed or reply[1] == 0 then break end
-    reply[3 * n + 4] = nil
+    reply[w * n + 4] = nil
 
     for i = 1, n do
       local key = KEYS[i == 1 and k + 1 or kt + i]
