@@ -13,6 +13,9 @@
 #                                   # our limiter sends them under load (src/store/redis/batch.rs):
 #                                   # the checks after the first short, as it sends them (all
 #                                   # differ only in their time and user), or SHORT=0: all whole
+#   TIME=app BATCH=16 benches/redis_callgrind.sh    # each check its own time (the app's clock,
+#                                   # TimeSource::App), where by default every check sends an
+#                                   # empty one (Redis TIME, one time for the whole batch)
 #
 # For each script: a redis-server of its own under callgrind on a free loopback port, the
 # script loaded, CALLS/2 EVALSHA calls to fill the window (untimed), the counters zeroed, CALLS
@@ -34,6 +37,7 @@ BLOCKS=${BLOCKS:-0}
 BATCH=${BATCH:-1}
 USERS=${USERS:-1000}
 SHORT=${SHORT:-1}
+TIME=${TIME:-redis}
 if [ "$#" -eq 0 ]; then set -- benches/lean.lua src/store/redis/script.lua; fi
 for tool in valgrind callgrind_annotate callgrind_control redis-server redis-cli redis-benchmark; do
     command -v "$tool" >/dev/null 2>&1 || {
@@ -76,6 +80,49 @@ for line in open(sys.argv[1], errors="replace"):
 total = sum(own.values())
 for f, c in own.most_common(int(sys.argv[2])):
     print(f"  {c // int(sys.argv[3]):8d} {100 * c / total:5.1f}%  {f}")
+PY
+}
+
+# TIME=app: N EVALSHA calls of these arguments, one after the other on one connection, each
+# check's empty time replaced by the app's (the clock in µs, 5 to 30 µs after the check before,
+# as checks gathered over a round trip are stamped) and each __rand_int__ by a user below USERS.
+app_time() {
+    python3 - "$USERS" "$@" <<'PY'
+import random, socket, sys, time
+users, port, calls, sha, args = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5:]
+nkeys = int(args[0])
+conn = socket.create_connection(("127.0.0.1", port))
+reader = conn.makefile("rb")
+def skip():
+    line = reader.readline()
+    kind, rest = line[:1], line[1:].strip()
+    if kind == b"-":
+        sys.exit("EVALSHA failed: " + rest.decode())
+    if kind == b"$" and int(rest) >= 0:
+        reader.read(int(rest) + 2)
+    elif kind == b"*":
+        for _ in range(max(int(rest), 0)):
+            skip()
+random.seed(7)
+clock = int(time.time() * 1e6)
+for _ in range(calls):
+    keys, argv = list(args[1:1 + nkeys]), list(args[1 + nkeys:])
+    a = k = 0
+    while a < len(argv):
+        short = argv[a + 1] == ""
+        if not short:
+            n, b = int(argv[a + 3]), int(argv[a + 4])
+        mine = 1 + (b > 0) if short else n + b
+        user = str(random.randrange(users))
+        for i in range(k, k + mine):
+            keys[i] = keys[i].replace("__rand_int__", user)
+        if argv[a] == "":
+            clock = max(clock + random.randint(5, 30), int(time.time() * 1e6))
+            argv[a] = str(clock)
+        a, k = a + (2 if short else 5 + n), k + mine
+    parts = [b"EVALSHA", sha.encode(), str(nkeys).encode()] + [x.encode() for x in keys + argv]
+    conn.sendall(b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(x), x) for x in parts))
+    skip()
 PY
 }
 
@@ -129,9 +176,15 @@ for script in "$@"; do
     else
         args=("${#one[@]}" "${one[@]}" "" 1000000 "$COST" "${limits[@]}")
     fi
-    redis-benchmark -p "$port" -c 4 -n $((CALLS / 2)) -P 1 -r "$USERS" EVALSHA "$sha" "${args[@]}" >/dev/null
-    callgrind_control -z "$VG_PID" >/dev/null 2>&1
-    redis-benchmark -p "$port" -c 4 -n "$CALLS" -P 1 -r "$USERS" EVALSHA "$sha" "${args[@]}" >/dev/null
+    if [ "$TIME" = app ]; then
+        app_time "$port" $((CALLS / 2)) "$sha" "${args[@]}"
+        callgrind_control -z "$VG_PID" >/dev/null 2>&1
+        app_time "$port" "$CALLS" "$sha" "${args[@]}"
+    else
+        redis-benchmark -p "$port" -c 4 -n $((CALLS / 2)) -P 1 -r "$USERS" EVALSHA "$sha" "${args[@]}" >/dev/null
+        callgrind_control -z "$VG_PID" >/dev/null 2>&1
+        redis-benchmark -p "$port" -c 4 -n "$CALLS" -P 1 -r "$USERS" EVALSHA "$sha" "${args[@]}" >/dev/null
+    fi
     callgrind_control -d "$VG_PID" >/dev/null 2>&1
     failed=$(redis-cli -p "$port" INFO errorstats | grep -c '^errorstat_' || true)
     redis-cli -p "$port" SHUTDOWN NOSAVE >/dev/null 2>&1 || true

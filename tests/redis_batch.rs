@@ -465,6 +465,47 @@ async fn a_trim_by_a_denied_check_ends_the_batch_shortcut_for_one_microsecond() 
     }
 }
 
+/// Two members at one time in a shared key of more members than its picture reads, a check
+/// a little behind (recorded in Redis at once, with what the picture held back), then two at
+/// the first time again: the picture must still know that time's plain name is taken, and
+/// name the next members with a '-k' suffix, as alone, rather than write that name twice
+/// (which would lose an entry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_behind_between_members_at_one_time_keeps_their_names_taken() {
+    let (a, b) = (RedisServer::start(), RedisServer::start());
+    let (batched, alone) = (client(&a).await, client(&b).await);
+    let script = Script::from_lua(SOURCE);
+    let (t, w) = (1_700_000_000_000_000_u64, 10_000_000_u64);
+    let e = ENDPOINTS[0];
+    // 80 members before t (a picture reads at most 67 of them).
+    let earlier = (0..80).map(|i| check_at(t - 10_000 + i, w, &[(e, 1_000)]));
+    let at_t = || check_at(t, w, &[(e, 1_000)]);
+    let sequence = Sequence {
+        batches: vec![
+            (Vec::new(), earlier.collect()),
+            (
+                Vec::new(),
+                vec![
+                    at_t(),
+                    at_t(),
+                    check_at(t - 5, w, &[(e, 1_000)]),
+                    at_t(),
+                    at_t(),
+                ],
+            ),
+        ],
+    };
+    for coin in [1, 2, 3] {
+        let name = format!("coin {coin}");
+        if let Err(failure) = compare(&sequence, &name, Rng(coin), &batched, &alone, &script).await
+        {
+            panic!("{failure}");
+        }
+        let count: i64 = batched.zcard(e).await.unwrap();
+        assert_eq!(count, 85, "{name}: every check recorded, once");
+    }
+}
+
 /// What an operator (or another program) may have left in the fifth check's user key, and
 /// what the script's error then says.
 enum Corruption {

@@ -493,7 +493,10 @@ while a <= nargs do
                 if not t then break end
                 q[h], pic.ok = t, h
               end
-              if not (cut_s and below(q[h], cut_s)) then break end
+              -- (below(d, cut_s), written out: a call costs a Lua frame, and this runs for
+              -- most checks of a batch.)
+              local d = q[h]
+              if not cut_s or #d > #cut_s or #d == #cut_s and d >= cut_s then break end
               h = h + 1
             end
             if h > pic.h then
@@ -504,7 +507,7 @@ while a <= nargs do
               -- a name the limiter did not write: Redis answers
             elseif pic.n == 0 then
               c, o = 0, -1
-            elseif h <= #q and not below(now_s, q[h]) then
+            elseif h <= #q and not (#now_s == #q[h] and now_s < q[h] or #now_s < #q[h]) then
               c, o, taken = pic.n, q[h], pic.at == now_s
               pic.fn, pic.fc = now_s, cutoff
             end
@@ -660,25 +663,33 @@ while a <= nargs do
               flush(key, sk)
               pic = nil
             end
-            if pic and below(pic.max, now_s) then
+            local max = pic and pic.max
+            if max and (#max == #now_s and max < now_s or #max < #now_s) then
               -- Held back and named as ZADD NX would, one member at a time: the plain name if
               -- free, else '-k' from k = |kind| on. That needs every name at now to be the
               -- batch's: so only when the key had nothing at now or later when the picture
               -- was made (max), and no member was held back at a later time (used_at only
               -- grows; a member recorded in Redis instead is at or below max, or below
               -- used_at).
-              if pic.used_at ~= now_s and not (pic.used_at and below(now_s, pic.used_at)) then
-                pic.used, pic.used_at = {}, now_s
+              -- (used: false while nothing is taken at used_at, true for the plain name alone,
+              -- else a table of the names taken: most times take one name, and no table.)
+              local at = pic.used_at
+              if at ~= now_s and not (at and (#now_s == #at and now_s < at or #now_s < #at)) then
+                pic.used, pic.used_at = false, now_s
               end
               held = pic.used_at == now_s
             end
           end
           if held then
             local used = pic.used
-            if kind >= 0 and not used[true] then
-              used[true] = true
+            if kind >= 0 and (not used or used ~= true and not used[true]) then
+              if used then used[true] = true else pic.used = true end
               member = now_s
             else
+              if not used or used == true then
+                used = {[true] = used or nil}
+                pic.used = used
+              end
               local j = kind < 0 and -kind or kind
               while used[j] do j = j + 1 end
               used[j] = true
@@ -728,7 +739,9 @@ while a <= nargs do
           pic = sk.pic
           if pic then
             local q = pic.q
-            if pic.rn ~= now_s and pic.h <= #q and below(now_s, q[#q]) then
+            local last = q[#q]
+            if pic.rn ~= now_s and pic.h <= #q
+              and (#now_s == #last and now_s < last or #now_s < #last) then
               flush(key, sk)
             else
               if pic.whole then q[#q + 1] = now_s end
