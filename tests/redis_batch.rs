@@ -419,10 +419,10 @@ fn check_at(now: u64, window: u64, tiers: &[(&str, u64)]) -> Check {
 /// A check more than a window ahead of the others trims a shared key's picture empty, and a
 /// later tier then denies it (so it records nothing, and its trim waits in the picture). The
 /// next check, back at the earlier time, must be recorded after that trim, as it is alone, and
-/// not held back before it: the shortcut the batch takes for the members of one microsecond
-/// (the tests it made for the last member at that time hold for the next) ends at any trim.
-/// A random sequence meets this seldom; before the shortcut's end at a trim was tested, the
-/// member was held back and then trimmed with the others, and the key left empty.
+/// not held back before it: the shortcut the batch takes for a member at the time of the last
+/// one it held back, or later (the tests it made for that one hold for the next), must still
+/// test the trim the picture has not sent. A random sequence meets this seldom; without that
+/// test, the member was held back and then trimmed with the others, and the key left empty.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trim_by_a_denied_check_ends_the_batch_shortcut_for_one_microsecond() {
     let (a, b) = (RedisServer::start(), RedisServer::start());

@@ -500,7 +500,7 @@ while a <= nargs do
               h = h + 1
             end
             if h > pic.h then
-              pic.n, pic.cut, pic.rn = pic.n - (h - pic.h), cut_s, nil
+              pic.n, pic.cut = pic.n - (h - pic.h), cut_s
               pic.h = h
             end
             if h > pic.ok and h <= #q then
@@ -648,21 +648,27 @@ while a <= nargs do
       local key = KEYS[i == 1 and k + 1 or kt + i]
       local kind = how[i]
       if kind then
-        local member, held
+        local member, held, sure
         local sk = shared and shared[key]
         local pic = sk and sk.pic
         if type(kind) == 'number' then
           -- plain, cost 1
-          if pic and pic.rn == now_s then
-            -- The last member recorded in the key was held back at this time, and nothing
-            -- the tests below read has changed since (rn: see the shared key's part below).
-            held = true
+          local cut, rn = pic and pic.cut, pic and pic.rn
+          if cut and (#now_s == #cut and now_s < cut or #now_s < #cut) then
+            -- Before a trim the picture has not sent (a clock more than a window behind).
+            flush(key, sk)
+            pic = nil
+          elseif rn == now_s then
+            -- The last member recorded in the key was held back at this time, and the tests
+            -- below would pass as they did for it (rn: see the shared key's part below).
+            held, sure = true, true
+          elseif rn and (#rn == #now_s and rn < now_s or #rn < #now_s) then
+            -- Or at an earlier time (the app's clock: each check its own microsecond): the
+            -- tests below pass as they did for it (the key's newest member before it was
+            -- made, nothing held back after it), and this time is new.
+            pic.used, pic.used_at = false, now_s
+            held, sure = true, true
           else
-            if pic and pic.cut and below(now_s, pic.cut) then
-              -- Before a trim the picture has not sent (a clock more than a window behind).
-              flush(key, sk)
-              pic = nil
-            end
             local max = pic and pic.max
             if max and (#max == #now_s and max < now_s or #max < #now_s) then
               -- Held back and named as ZADD NX would, one member at a time: the plain name if
@@ -740,15 +746,16 @@ while a <= nargs do
           if pic then
             local q = pic.q
             local last = q[#q]
-            if pic.rn ~= now_s and pic.h <= #q
+            if not sure and pic.h <= #q
               and (#now_s == #last and now_s < last or #now_s < #last) then
               flush(key, sk)
             else
               if pic.whole then q[#q + 1] = now_s end
               -- rn: this member was held back at now, after the tests above and the one here
-              -- found the picture as they will find it for the next member at now, until a
-              -- trim moves its start (the first pass then clears rn) or a member is recorded
-              -- otherwise or at another time (here).
+              -- found the picture as they will find it for the next member at now or later:
+              -- the newest member the picture knows is rn's, the key's newest before the
+              -- picture is older, no name is held back after rn; until a member is recorded
+              -- otherwise (here). (A trim since then is tested above, where it may flush.)
               pic.n, pic.at, pic.rn = pic.n + 1, now_s, held and now_s or nil
             end
           end
