@@ -402,7 +402,7 @@ local reply
 -- The last check sent whole: the keys before its own, its tiers and block keys, window, cost
 -- and limits (a short check repeats them).
 local hk, n, b, window, cost = 0
-local limits = {}
+local limits = {0, 0, 0} -- (sized for three tiers: a table that grows reallocates)
 -- The last check's cutoff (for its now and window) and expiry (for its window).
 local cut_now, cut_window, cutoff, cut_s, ttl_window, ttl
 -- The error a check of a batch met (then it and the checks after it answer {3, failed}).
