@@ -30,6 +30,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+# shellcheck source=benches/free_port.sh
+source "$ROOT/benches/free_port.sh"
 CALLS=${CALLS:-2000}
 COST=${COST:-1}
 TOP=${TOP:-0}
@@ -127,15 +129,7 @@ PY
 }
 
 for script in "$@"; do
-    port=
-    for _ in $(seq 20); do
-        p=$((20000 + RANDOM % 40000))
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-            port=$p
-            break
-        fi
-    done
-    [ -n "$port" ] || { echo "no free port" >&2; exit 1; }
+    port=$(free_port)
     dir=$TMP/$port
     mkdir -p "$dir"
     valgrind --tool=callgrind --callgrind-out-file="$dir/out" redis-server --port "$port" \

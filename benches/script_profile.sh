@@ -26,15 +26,9 @@ lua5.1 -e 'require("socket")' 2>/dev/null || {
     echo "script_profile.sh: lua-socket is not installed" >&2
     exit 1
 }
-port=
-for _ in $(seq 20); do
-    p=$((20000 + RANDOM % 40000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-        port=$p
-        break
-    fi
-done
-[ -n "$port" ] || { echo "no free port" >&2; exit 1; }
+# shellcheck source=benches/free_port.sh
+source "$ROOT/benches/free_port.sh"
+port=$(free_port)
 TMP=$(mktemp -d)
 redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$TMP" \
     --logfile "$TMP/redis.log" &

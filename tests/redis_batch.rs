@@ -416,6 +416,26 @@ fn check_at(now: u64, window: u64, tiers: &[(&str, u64)]) -> Check {
     }
 }
 
+/// Runs a fixed `sequence` on two servers of its own, as `compare` does, three times (its
+/// repeats sent short, or, as coins 1 to 3 pick, some of them whole); the batched server,
+/// holding the last run's keys.
+async fn compare_fixed(sequence: &Sequence) -> (RedisServer, Client) {
+    let (a, b) = (RedisServer::start(), RedisServer::start());
+    let (batched, alone) = (client(&a).await, client(&b).await);
+    let script = Script::from_lua(SOURCE);
+    for coin in [1, 2, 3] {
+        let name = format!("coin {coin}");
+        if let Err(failure) = compare(sequence, &name, Rng(coin), &batched, &alone, &script).await {
+            panic!("{failure}");
+        }
+    }
+    (a, batched)
+}
+
+/// The time and window of the fixed sequences: today, in microseconds, and 10 s.
+const T: u64 = 1_700_000_000_000_000;
+const W: u64 = 10_000_000;
+
 /// A check more than a window ahead of the others trims a shared key's picture empty, and a
 /// later tier then denies it (so it records nothing, and its trim waits in the picture). The
 /// next check, back at the earlier time, must be recorded after that trim, as it is alone, and
@@ -425,10 +445,7 @@ fn check_at(now: u64, window: u64, tiers: &[(&str, u64)]) -> Check {
 /// test, the member was held back and then trimmed with the others, and the key left empty.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trim_by_a_denied_check_ends_the_batch_shortcut_for_one_microsecond() {
-    let (a, b) = (RedisServer::start(), RedisServer::start());
-    let (batched, alone) = (client(&a).await, client(&b).await);
-    let script = Script::from_lua(SOURCE);
-    let (t, w) = (1_700_000_000_000_000_u64, 10_000_000_u64);
+    let (t, w) = (T, W);
     let (e, ahead) = (ENDPOINTS[0], t + 3 * w);
     let sequence = Sequence {
         batches: vec![
@@ -446,23 +463,16 @@ async fn a_trim_by_a_denied_check_ends_the_batch_shortcut_for_one_microsecond() 
             ),
         ],
     };
-    // Its repeats sent short, or (as a coin picks) some of them whole.
-    for coin in [1, 2, 3] {
-        let name = format!("coin {coin}");
-        let coin = Rng(coin);
-        if let Err(failure) = compare(&sequence, &name, coin, &batched, &alone, &script).await {
-            panic!("{failure}");
-        }
-        // What happened, as the test means it: the later check denied (the global tier keeps
-        // its one entry) after trimming the key, and the two checks after it recorded.
-        let members: Vec<(String, f64)> = batched
-            .zrange(e, 0, -1, None, false, None, true)
-            .await
-            .unwrap();
-        assert_eq!(members.len(), 2, "{name}: {members:?}");
-        let global: i64 = batched.zcard(GLOBAL).await.unwrap();
-        assert_eq!(global, 1, "{name}");
-    }
+    let (_server, batched) = compare_fixed(&sequence).await;
+    // What happened, as the test means it: the later check denied (the global tier keeps its
+    // one entry) after trimming the key, and the two checks after it recorded.
+    let members: Vec<(String, f64)> = batched
+        .zrange(e, 0, -1, None, false, None, true)
+        .await
+        .unwrap();
+    assert_eq!(members.len(), 2, "{members:?}");
+    let global: i64 = batched.zcard(GLOBAL).await.unwrap();
+    assert_eq!(global, 1);
 }
 
 /// Two members at one time in a shared key of more members than its picture reads, a check
@@ -472,10 +482,7 @@ async fn a_trim_by_a_denied_check_ends_the_batch_shortcut_for_one_microsecond() 
 /// (which would lose an entry).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_check_behind_between_members_at_one_time_keeps_their_names_taken() {
-    let (a, b) = (RedisServer::start(), RedisServer::start());
-    let (batched, alone) = (client(&a).await, client(&b).await);
-    let script = Script::from_lua(SOURCE);
-    let (t, w) = (1_700_000_000_000_000_u64, 10_000_000_u64);
+    let (t, w) = (T, W);
     let e = ENDPOINTS[0];
     // 80 members before t (a picture reads at most 67 of them).
     let earlier = (0..80).map(|i| check_at(t - 10_000 + i, w, &[(e, 1_000)]));
@@ -495,15 +502,9 @@ async fn a_check_behind_between_members_at_one_time_keeps_their_names_taken() {
             ),
         ],
     };
-    for coin in [1, 2, 3] {
-        let name = format!("coin {coin}");
-        if let Err(failure) = compare(&sequence, &name, Rng(coin), &batched, &alone, &script).await
-        {
-            panic!("{failure}");
-        }
-        let count: i64 = batched.zcard(e).await.unwrap();
-        assert_eq!(count, 85, "{name}: every check recorded, once");
-    }
+    let (_server, batched) = compare_fixed(&sequence).await;
+    let count: i64 = batched.zcard(e).await.unwrap();
+    assert_eq!(count, 85, "every check recorded, once");
 }
 
 /// What an operator (or another program) may have left in the fifth check's user key, and
