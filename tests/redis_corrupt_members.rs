@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::script::{client, strings};
+use common::script::{client, recorded, strings};
 use common::RedisServer;
 use fred::prelude::{Client, ClientLike, SortedSetsInterface};
 use fred::types::scripts::Script;
@@ -235,7 +235,7 @@ async fn a_totals_key_whose_newest_member_is_not_ours_admits_nothing_past_the_li
             .await;
             if let Ok(r) = reply {
                 let r = strings(&r);
-                if r[0] == "1" || r[0] == "4" {
+                if recorded(&r) {
                     admitted.push(r);
                 }
             }

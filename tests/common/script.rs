@@ -30,3 +30,9 @@ pub fn strings(reply: &Value) -> Vec<String> {
         })
         .collect()
 }
+
+/// Whether a check's reply (as `strings` gives it) says the check was recorded: `1`, or `4`
+/// for a recording with no tier full (its facts in pairs; src/store/redis/script.lua).
+pub fn recorded(reply: &[String]) -> bool {
+    matches!(reply.first().map(String::as_str), Some("1" | "4"))
+}

@@ -244,8 +244,17 @@ end
 --     at       now_s of the last member the batch recorded in the key
 --     max      the time of the key's newest member when the picture was made ('' for none)
 --     adds     the members held back: score, member, ...
---     used     the names held back at time used_at (true: the plain name; k: '-k')
-local shared, order, number, below, flush, picture, time_digits
+--     used     the names held back at time used_at: false for none, true for the plain name
+--              alone, else a table (true: the plain name; k: '-k')
+--     fn, fc   now_s and cutoff of the last check whose answer the picture gave; nil once a
+--              check reads it otherwise (the next check at both takes that answer as it is)
+--     rn       now_s of the last member, when it was held back (the next member at rn or
+--              later is held back without the tests it passed)
+-- Times are compared as decimal strings, written out where they run (a function call costs
+-- a Lua frame): d is below t when (#d == #t and d < t or #d < #t), since both are written
+-- without leading zeros, so a shorter one is smaller and two of one length compare as
+-- strings.
+local shared, order, number, flush, picture, time_digits
 -- Whether a check must ask for its own block keys (a batch asks for all of them at once).
 local blocks = true
 -- (A check's n and b are single digits: read as bytes, not by strtod.)
@@ -277,14 +286,6 @@ if checks >= 4 then
     return v
   end
 
-  -- Whether decimal integer `d` is below decimal integer `t`. Both are written without
-  -- leading zeros, so a shorter one is smaller and two of one length compare as strings.
-  below = function(d, t)
-    local ld, lt = #d, #t
-    if ld == lt then return d < t end
-    return ld < lt
-  end
-
   -- Sends what the picture of `key` (`s`: its entry) holds back and its pending trim, and
   -- forgets the picture: Redis then holds what it showed, and the next check reads the key.
   flush = function(key, s)
@@ -296,13 +297,11 @@ if checks >= 4 then
     end
   end
 
-  -- Starts the picture of shared plain key `key` from its oldest members `q` and its count
-  -- (and reads its newest member, unless `q` is the whole key).
-  -- The time a plain member's name gives as `below` compares it (its digits before any '-k',
-  -- without leading zeros); nil for a name the limiter did not write. A picture reads each of
-  -- its names when a check first reaches it (most are never reached: the picture reads about
-  -- one for each check still to come), and no answer comes from a picture whose next name is
-  -- not a time: the check reads the key itself.
+  -- The time a plain member's name gives, in the form times are compared in (its digits
+  -- before any '-k', without leading zeros); nil for a name the limiter did not write. A
+  -- picture reads each of its names when a check first reaches it (most are never reached:
+  -- the picture reads about one for each check still to come), and no answer comes from a
+  -- picture whose next name is not a time: the check reads the key itself.
   time_digits = function(member)
     local d = find(member, '-', 2, true)
     if d then
@@ -493,8 +492,7 @@ while a <= nargs do
                 if not t then break end
                 q[h], pic.ok = t, h
               end
-              -- (below(d, cut_s), written out: a call costs a Lua frame, and this runs for
-              -- most checks of a batch.)
+              -- (Stops unless d is below cut_s.)
               local d = q[h]
               if not cut_s or #d > #cut_s or #d == #cut_s and d >= cut_s then break end
               h = h + 1
