@@ -8,14 +8,24 @@
 //! answer.
 //!
 //! One task per store sends the batches. A check hands it the check's keys and arguments and
-//! waits for its reply. The task starts a batch at once while fewer than [`IN_FLIGHT`] batches
-//! are on their way, with every check waiting at that moment (at most [`MAX_CHECKS`]); when
-//! that many are on their way, checks gather until one comes back, or until a whole batch of
+//! waits for its reply. With no batch on its way, the task sends one at once, with every check
+//! waiting at that moment (at most [`MAX_CHECKS`]): so a lone check goes at once, alone. With
+//! one on its way, the next batch gathers: it goes when it holds its share of the checks out
+//! (half of them, or all those not on their way if that is fewer: see [`share`]), or as soon
+//! as no more checks come (the task yields to the runtime once and none were added), so that
+//! under load the two batches on their way carry the checks in two halves. When [`IN_FLIGHT`]
+//! batches are on their way, checks gather until one comes back, or until a whole batch of
 //! them waits: that batch goes at once too (at most [`MAX_IN_FLIGHT`] batches on their way),
 //! so that a long round trip (Redis in another zone) does not cap a store at two batches per
-//! round trip. So a lone check is sent at once, alone, and under load the batches grow with
-//! it. A check whose caller has stopped waiting (a timeout of its own, a client gone) before
-//! its batch is made is not sent.
+//! round trip. A check whose caller has stopped waiting (a timeout of its own, a client gone)
+//! before its batch is made is not sent.
+//!
+//! Why halves: Redis spends a fixed part of each script run on the batch as a whole (the
+//! command, the script's start, the shared keys' reads and writes), so fewer, larger batches
+//! cost it less a check. Sending the next batch as soon as its first check comes would keep
+//! three groups of checks going round (one at Redis, one queued there, one gathering), each a
+//! third of the checks out: batches of 5 at 16 checks in flight, where halves make them 8
+//! (docs/BENCHMARKS.md, section 24).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -145,42 +155,105 @@ async fn run(
     backlog: Arc<Backlog>,
 ) {
     let mut in_flight = FuturesUnordered::new();
+    // The checks in the batches on their way, and the next batch's share (set when one comes
+    // back; used while another is on its way).
+    let (mut flying, mut next_share) = (0, MAX_CHECKS);
+    // A batch gathering while another is on its way: its first check, and how many checks
+    // waited when the task last looked.
+    let mut gathering: Option<(Job, usize)> = None;
     let mut open = true;
-    while open || !in_flight.is_empty() {
+    // Sends `first` and the checks queued after it (`most` in all), as one batch.
+    let launch =
+        |first, most, jobs: &mut _, in_flight: &mut FuturesUnordered<_>, flying: &mut usize| {
+            let batch = gather(first, jobs, &backlog, most);
+            if !batch.is_empty() {
+                *flying += batch.len();
+                in_flight.push(send(&client, &script, batch));
+            }
+        };
+    while open || !in_flight.is_empty() || gathering.is_some() {
         tokio::select! {
             biased;
-            Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
-            job = jobs.recv(), if open && in_flight.len() < IN_FLIGHT => match job {
-                Some(first) => {
-                    let batch = gather(first, &mut jobs, &backlog);
-                    if !batch.is_empty() {
-                        in_flight.push(send(&client, &script, batch));
+            Some(answered) = in_flight.next(), if !in_flight.is_empty() => {
+                flying -= answered;
+                next_share = share(flying, answered, backlog.queued.load(Ordering::Acquire));
+            }
+            // Every task that could run has run since the task last looked.
+            () = tokio::task::yield_now(), if gathering.is_some() => {
+                if let Some((first, seen)) = gathering.take() {
+                    let queued = backlog.queued.load(Ordering::Acquire);
+                    if gathers_on(seen, queued, next_share) {
+                        gathering = Some((first, queued));
+                    } else {
+                        launch(first, next_share, &mut jobs, &mut in_flight, &mut flying);
                     }
                 }
-                None => open = false,
-            },
+            }
+            job = jobs.recv(), if open && gathering.is_none() && in_flight.len() < IN_FLIGHT => {
+                match job {
+                    Some(first) if in_flight.is_empty() => {
+                        launch(first, MAX_CHECKS, &mut jobs, &mut in_flight, &mut flying);
+                    }
+                    Some(first) => {
+                        let queued = backlog.queued.load(Ordering::Acquire);
+                        if queued >= next_share {
+                            launch(first, next_share, &mut jobs, &mut in_flight, &mut flying);
+                        } else {
+                            gathering = Some((first, queued));
+                        }
+                    }
+                    None => open = false,
+                }
+            }
             () = backlog.full.notified(), if open && in_flight.len() < MAX_IN_FLIGHT => {}
+        }
+        // A batch gathering goes at once when nothing is on its way (Redis would wait for
+        // it), or when a whole batch waits.
+        if in_flight.is_empty() || backlog.full() {
+            if let Some((first, _)) = gathering.take() {
+                launch(first, MAX_CHECKS, &mut jobs, &mut in_flight, &mut flying);
+            }
         }
         // Whole batches waiting go now, whatever is on its way (up to MAX_IN_FLIGHT).
         while open && in_flight.len() < MAX_IN_FLIGHT && backlog.full() {
             let Ok(first) = jobs.try_recv() else { break };
-            let batch = gather(first, &mut jobs, &backlog);
-            if !batch.is_empty() {
-                in_flight.push(send(&client, &script, batch));
-            }
+            launch(first, MAX_CHECKS, &mut jobs, &mut in_flight, &mut flying);
         }
     }
 }
 
-/// A batch: `first` and the checks queued after it, at most [`MAX_CHECKS`] taken from the
-/// queue; without those whose caller has stopped waiting.
-fn gather(first: Job, jobs: &mut mpsc::UnboundedReceiver<Job>, backlog: &Backlog) -> Vec<Job> {
-    let mut batch = Vec::with_capacity(MAX_CHECKS.min(1 + jobs.len()));
+/// The size of the next batch while `flying` checks are on their way, when a batch of
+/// `answered` has just come back and `queued` wait: the checks out are about all three (the
+/// callers just answered are about to send their next), and the next batch takes half of them,
+/// or all those not on their way if that is fewer; so two batches on their way carry halves,
+/// whatever sizes they had. At least 1, at most [`MAX_CHECKS`].
+fn share(flying: usize, answered: usize, queued: usize) -> usize {
+    let out = flying + answered + queued;
+    (out - flying).min(out.div_ceil(2)).clamp(1, MAX_CHECKS)
+}
+
+/// Whether a batch gathering for `want` checks waits on, now that `queued` wait where `seen`
+/// did when the task last yielded: only while it is short and checks still come (once a yield
+/// adds none, every task that could run has run, and waiting longer would only keep Redis
+/// waiting).
+fn gathers_on(seen: usize, queued: usize, want: usize) -> bool {
+    queued < want && queued > seen
+}
+
+/// A batch: `first` and the checks queued after it, at most `most` taken from the queue;
+/// without those whose caller has stopped waiting.
+fn gather(
+    first: Job,
+    jobs: &mut mpsc::UnboundedReceiver<Job>,
+    backlog: &Backlog,
+    most: usize,
+) -> Vec<Job> {
+    let mut batch = Vec::with_capacity(most.min(1 + jobs.len()));
     let mut taken = 1;
     if !first.reply.is_closed() {
         batch.push(first);
     }
-    while taken < MAX_CHECKS {
+    while taken < most {
         match jobs.try_recv() {
             Ok(job) => {
                 taken += 1;
@@ -195,8 +268,9 @@ fn gather(first: Job, jobs: &mut mpsc::UnboundedReceiver<Job>, backlog: &Backlog
     batch
 }
 
-/// Runs one batch and hands each check its reply (or the batch's error).
-async fn send(client: &Client, script: &Script, batch: Vec<Job>) {
+/// Runs one batch and hands each check its reply (or the batch's error); returns its size.
+async fn send(client: &Client, script: &Script, batch: Vec<Job>) -> usize {
+    let size = batch.len();
     let mut checks = BatchArgs::with_capacity(
         batch.iter().map(|j| j.keys.len()).sum(),
         batch.iter().map(|j| j.args.len()).sum(),
@@ -239,5 +313,37 @@ async fn send(client: &Client, script: &Script, batch: Vec<Job>) {
                 let _ = reply.send(Err(error.clone()));
             }
         }
+    }
+    size
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_batch_takes_half_the_checks_out_or_all_those_not_on_their_way() {
+        // Halves stay halves.
+        assert_eq!(share(8, 8, 0), 8);
+        // Uneven batches even out: 15 back and 1 on its way, then 8 go (the rest follow).
+        assert_eq!(share(1, 15, 0), 8);
+        // 1 back and 15 on its way: only 1 is not on its way.
+        assert_eq!(share(15, 1, 0), 1);
+        // Checks already waiting count as out.
+        assert_eq!(share(4, 4, 8), 8);
+        // At least one, at most a whole batch.
+        assert_eq!(share(0, 0, 0), 1);
+        assert_eq!(share(40, 40, 60), MAX_CHECKS);
+    }
+
+    #[test]
+    fn a_batch_gathers_while_it_is_short_and_checks_still_come() {
+        assert!(gathers_on(3, 5, 8), "short, and two more came");
+        assert!(!gathers_on(5, 5, 8), "short, but none came: it goes");
+        assert!(!gathers_on(3, 8, 8), "its share is there: it goes");
+        assert!(
+            !gathers_on(3, 12, 8),
+            "more than its share: it goes with its share"
+        );
     }
 }
