@@ -152,6 +152,74 @@ async fn a_steady_load_goes_to_redis_in_two_halves() {
     assert_eq!(limiter.backend(), Backend::Redis);
 }
 
+/// docs/REDIS.md, "Batches": each batch is written to the socket at once (`TCP_NODELAY`). With
+/// Nagle's algorithm on, a batch written while the one before is unacknowledged waits for that
+/// ACK, which mostly rides on the reply: two batches on their way would be one on the wire.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_connection_to_redis_writes_without_delay() {
+    let server = RedisServer::start();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let limiter = connected(redis_config(&server, 5, 100, 1000), &clock).await;
+    assert!(limiter.check("u", "/e").await.allowed());
+    let sockets = sockets::tcp_to(server.port());
+    assert!(
+        !sockets.is_empty(),
+        "no connection to the test's Redis found"
+    );
+    for (fd, nodelay) in sockets {
+        assert!(nodelay, "socket {fd} to Redis has Nagle's algorithm on");
+    }
+}
+
+/// This process's TCP sockets, read from `/proc/self/fd` with `getpeername` and `getsockopt`.
+#[cfg(target_os = "linux")]
+mod sockets {
+    /// Each socket connected to 127.0.0.1:`port`, and whether it has `TCP_NODELAY` set.
+    pub fn tcp_to(port: u16) -> Vec<(i32, bool)> {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+            let Ok(fd) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            if peer_port(fd) == Some(port) {
+                found.push((fd, nodelay(fd)));
+            }
+        }
+        found
+    }
+
+    fn peer_port(fd: i32) -> Option<u16> {
+        // SAFETY: a zeroed sockaddr_storage is a valid value, and getpeername writes at most
+        // `len` bytes into it; an fd that is not a socket only makes it fail.
+        let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        let ok = unsafe { libc::getpeername(fd, (&raw mut addr).cast(), &mut len) } == 0;
+        if !ok || i32::from(addr.ss_family) != libc::AF_INET {
+            return None;
+        }
+        // SAFETY: an AF_INET address is a sockaddr_in, which fits in sockaddr_storage.
+        let inet: libc::sockaddr_in = unsafe { std::ptr::read((&raw const addr).cast()) };
+        Some(u16::from_be(inet.sin_port))
+    }
+
+    fn nodelay(fd: i32) -> bool {
+        let mut value: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `value`.
+        let ok = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_NODELAY,
+                (&raw mut value).cast(),
+                &mut len,
+            )
+        } == 0;
+        ok && value != 0
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_check_is_one_round_trip() {
     let server = RedisServer::start();

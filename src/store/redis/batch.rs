@@ -45,6 +45,11 @@ const IN_FLIGHT: usize = 2;
 /// The most checks in one batch: a script of 64 checks runs for well under a millisecond.
 const MAX_CHECKS: usize = 64;
 
+/// The most passes of the runtime a batch gathers for while another is on its way: the callers
+/// a batch's answers wake all run within one or two, and a trickle of checks that kept adding
+/// one a pass would keep Redis with nothing queued behind the batch on its way.
+const GATHER_PASSES: u32 = 4;
+
 /// The most batches on their way at once, full ones sent past [`IN_FLIGHT`] included: 1,024
 /// checks a round trip.
 const MAX_IN_FLIGHT: usize = 16;
@@ -158,9 +163,9 @@ async fn run(
     // The checks in the batches on their way, and the next batch's share (set when one comes
     // back; used while another is on its way).
     let (mut flying, mut next_share) = (0, MAX_CHECKS);
-    // A batch gathering while another is on its way: its first check, and how many checks
-    // waited when the task last looked.
-    let mut gathering: Option<(Job, usize)> = None;
+    // A batch gathering while another is on its way: its first check, how many checks waited
+    // when the task last looked, and the passes of the runtime it has waited.
+    let mut gathering: Option<(Job, usize, u32)> = None;
     let mut open = true;
     // Sends `first` and the checks queued after it (`most` in all), as one batch.
     let launch =
@@ -180,12 +185,14 @@ async fn run(
             }
             // Every task that could run has run since the task last looked.
             () = tokio::task::yield_now(), if gathering.is_some() => {
-                if let Some((first, seen)) = gathering.take() {
+                if let Some((first, seen, passes)) = gathering.take() {
                     let queued = backlog.queued.load(Ordering::Acquire);
-                    if gathers_on(seen, queued, next_share) {
-                        gathering = Some((first, queued));
+                    let want = wanted(next_share, flying, queued);
+                    let passes = passes + 1;
+                    if passes < GATHER_PASSES && gathers_on(seen, queued, want) {
+                        gathering = Some((first, queued, passes));
                     } else {
-                        launch(first, next_share, &mut jobs, &mut in_flight, &mut flying);
+                        launch(first, want, &mut jobs, &mut in_flight, &mut flying);
                     }
                 }
             }
@@ -194,13 +201,10 @@ async fn run(
                     Some(first) if in_flight.is_empty() => {
                         launch(first, MAX_CHECKS, &mut jobs, &mut in_flight, &mut flying);
                     }
+                    // One on its way: the next batch gathers for at least one pass, so that
+                    // it sees the callers the runtime is about to run.
                     Some(first) => {
-                        let queued = backlog.queued.load(Ordering::Acquire);
-                        if queued >= next_share {
-                            launch(first, next_share, &mut jobs, &mut in_flight, &mut flying);
-                        } else {
-                            gathering = Some((first, queued));
-                        }
+                        gathering = Some((first, backlog.queued.load(Ordering::Acquire), 0));
                     }
                     None => open = false,
                 }
@@ -210,7 +214,7 @@ async fn run(
         // A batch gathering goes at once when nothing is on its way (Redis would wait for
         // it), or when a whole batch waits.
         if in_flight.is_empty() || backlog.full() {
-            if let Some((first, _)) = gathering.take() {
+            if let Some((first, ..)) = gathering.take() {
                 launch(first, MAX_CHECKS, &mut jobs, &mut in_flight, &mut flying);
             }
         }
@@ -230,6 +234,13 @@ async fn run(
 fn share(flying: usize, answered: usize, queued: usize) -> usize {
     let out = flying + answered + queued;
     (out - flying).min(out.div_ceil(2)).clamp(1, MAX_CHECKS)
+}
+
+/// The size a gathering batch waits for, now that `queued` checks wait and `flying` are on their
+/// way: its share as worked out when the last batch came back, or half of the checks out now if
+/// that is more (the share is old after quiet traffic: a burst that follows takes its half).
+fn wanted(next_share: usize, flying: usize, queued: usize) -> usize {
+    next_share.max(share(flying, 0, queued))
 }
 
 /// Whether a batch gathering for `want` checks waits on, now that `queued` wait where `seen`
@@ -334,6 +345,14 @@ mod tests {
         // At least one, at most a whole batch.
         assert_eq!(share(0, 0, 0), 1);
         assert_eq!(share(40, 40, 60), MAX_CHECKS);
+    }
+
+    #[test]
+    fn after_quiet_traffic_a_burst_takes_half_of_the_checks_out() {
+        // One lone check came back (share 1); one is on its way and 50 wait: 26 go.
+        assert_eq!(wanted(share(0, 1, 0), 1, 50), 26);
+        // In a steady load the share from the last answer stands.
+        assert_eq!(wanted(share(8, 8, 0), 8, 3), 8);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use fred::prelude::{
     Builder, Client, ClientLike, ConnectionConfig, Error as FredError, PerformanceConfig,
     ReconnectPolicy,
 };
+use fred::types::config::TcpConfig;
 
 use super::super::StoreError;
 use super::{ask, Connections, RedisStore};
@@ -80,6 +81,13 @@ pub(super) fn build_client(config: &RedisConfig) -> Result<Client, ConnectError>
             connection_timeout: config.connect_timeout,
             internal_command_timeout: config.connect_timeout,
             max_command_attempts: attempts,
+            // Every command (a batch) is written at once: with Nagle's algorithm on, a batch
+            // written while the one before is unacknowledged waits for that ACK, which mostly
+            // rides on the reply, so two batches on their way would be one on the wire.
+            tcp: TcpConfig {
+                nodelay: Some(true),
+                ..TcpConfig::default()
+            },
             ..ConnectionConfig::default()
         });
     builder
