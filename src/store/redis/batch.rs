@@ -10,22 +10,31 @@
 //! One task per store sends the batches. A check hands it the check's keys and arguments and
 //! waits for its reply. With no batch on its way, the task sends one at once, with every check
 //! waiting at that moment (at most [`MAX_CHECKS`]): so a lone check goes at once, alone. With
-//! one on its way, the next batch gathers: it goes when it holds its share of the checks out
-//! (half of them, or all those not on their way if that is fewer: see [`share`]), or as soon
-//! as no more checks come (the task yields to the runtime once and none were added), so that
-//! under load the two batches on their way carry the checks in two halves. When [`IN_FLIGHT`]
-//! batches are on their way, checks gather until one comes back, or until a whole batch of
-//! them waits: that batch goes at once too (at most [`MAX_IN_FLIGHT`] batches on their way),
-//! so that a long round trip (Redis in another zone) does not cap a store at two batches per
-//! round trip. A check whose caller has stopped waiting (a timeout of its own, a client gone)
-//! before its batch is made is not sent.
+//! one on its way, the next batch gathers for at least one pass of the runtime (so that it
+//! sees the callers the runtime is about to run), and goes when the first of these comes:
+//! - it holds its share of the checks out (see [`share`]: half of them, or all those not on
+//!   their way if that is fewer; worked out when the last batch came back, 64 before any has,
+//!   or half of the checks out now if that is more, so that a burst after quiet traffic is
+//!   not sent one check at a time);
+//! - a pass of the runtime added no check (every task that could run has run);
+//! - it has gathered for [`GATHER_PASSES`] passes;
+//! - the batch on its way comes back (Redis would wait for this one), or a whole batch waits.
+//!
+//! So under load the two batches on their way carry the checks in two halves. When
+//! [`IN_FLIGHT`] batches are on their way, checks gather until one comes back, or until a whole
+//! batch of them waits: that batch goes at once too (at most [`MAX_IN_FLIGHT`] batches on their
+//! way), so that a long round trip (Redis in another zone) does not cap a store at two batches
+//! per round trip. The connection writes each batch at once (`TCP_NODELAY`, in
+//! `connection.rs`): with Nagle's algorithm a batch written while the one before is
+//! unacknowledged would wait for that ACK, mostly the reply. A check whose caller has stopped
+//! waiting (a timeout of its own, a client gone) before its batch is made is not sent.
 //!
 //! Why halves: Redis spends a fixed part of each script run on the batch as a whole (the
 //! command, the script's start, the shared keys' reads and writes), so fewer, larger batches
 //! cost it less a check. Sending the next batch as soon as its first check comes would keep
 //! three groups of checks going round (one at Redis, one queued there, one gathering), each a
-//! third of the checks out: batches of 5 at 16 checks in flight, where halves make them 8
-//! (docs/BENCHMARKS.md, section 24).
+//! third of the checks out: batches of 5 at 16 checks in flight on a one-worker runtime, where
+//! halves make them 8 (docs/BENCHMARKS.md, section 24).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -39,7 +48,8 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use super::script::BatchArgs;
 
 /// Batches on their way to Redis at once: while one is on the wire or being decided, the next
-/// gathers, so Redis always has work and a batch never waits for more than one before it.
+/// gathers (a few passes of the runtime at most) and follows it, so that under load Redis finds
+/// the next batch queued when it ends one, and a batch never waits for more than one before it.
 const IN_FLIGHT: usize = 2;
 
 /// The most checks in one batch: a script of 64 checks runs for well under a millisecond.
