@@ -199,7 +199,7 @@ async fn run(
                     let queued = backlog.queued.load(Ordering::Acquire);
                     let want = wanted(next_share, flying, queued);
                     let passes = passes + 1;
-                    if passes < GATHER_PASSES && gathers_on(seen, queued, want) {
+                    if gathers_on(passes, seen, queued, want) {
                         gathering = Some((first, queued, passes));
                     } else {
                         launch(first, want, &mut jobs, &mut in_flight, &mut flying);
@@ -253,12 +253,12 @@ fn wanted(next_share: usize, flying: usize, queued: usize) -> usize {
     next_share.max(share(flying, 0, queued))
 }
 
-/// Whether a batch gathering for `want` checks waits on, now that `queued` wait where `seen`
-/// did when the task last yielded: only while it is short and checks still come (once a yield
-/// adds none, every task that could run has run, and waiting longer would only keep Redis
-/// waiting).
-fn gathers_on(seen: usize, queued: usize, want: usize) -> bool {
-    queued < want && queued > seen
+/// Whether a batch gathering for `want` checks waits on after `passes` passes of the runtime,
+/// now that `queued` wait where `seen` did when the task last yielded: only while it is short,
+/// checks still come (once a pass adds none, every task that could run has run) and it has not
+/// gathered for [`GATHER_PASSES`] passes; waiting longer would only keep Redis waiting.
+fn gathers_on(passes: u32, seen: usize, queued: usize, want: usize) -> bool {
+    passes < GATHER_PASSES && queued < want && queued > seen
 }
 
 /// A batch: `first` and the checks queued after it, at most `most` taken from the queue;
@@ -367,12 +367,17 @@ mod tests {
 
     #[test]
     fn a_batch_gathers_while_it_is_short_and_checks_still_come() {
-        assert!(gathers_on(3, 5, 8), "short, and two more came");
-        assert!(!gathers_on(5, 5, 8), "short, but none came: it goes");
-        assert!(!gathers_on(3, 8, 8), "its share is there: it goes");
+        assert!(gathers_on(1, 3, 5, 8), "short, and two more came");
+        assert!(!gathers_on(1, 5, 5, 8), "short, but none came: it goes");
+        assert!(!gathers_on(1, 3, 8, 8), "its share is there: it goes");
         assert!(
-            !gathers_on(3, 12, 8),
+            !gathers_on(1, 3, 12, 8),
             "more than its share: it goes with its share"
+        );
+        assert!(gathers_on(GATHER_PASSES - 1, 3, 5, 8));
+        assert!(
+            !gathers_on(GATHER_PASSES, 3, 5, 8),
+            "a trickle: it goes after its last pass"
         );
     }
 }
