@@ -115,7 +115,7 @@
 //! | item | what for |
 //! |---|---|
 //! | [`RateLimitConfig`], [`RateLimitConfigBuilder`], [`ConfigError`] | limits, window, Redis settings; a bad value is an error naming the field |
-//! | [`RateLimitLayer`] | the tower/axum middleware (its service [`RateLimit`], future [`ResponseFuture`] and body [`ResponseBody`] are named only in type signatures) |
+//! | [`RateLimitLayer`] | the tower/axum middleware (its service [`RateLimit`], future [`ResponseFuture`] and body [`ResponseBody`] are named only in type signatures; [`BodyMode`], [`WrappedBody`] and [`InnerBody`] say which body its responses carry) |
 //! | [`RateLimiter`], [`RateLimiterBuilder`] | checking without HTTP; a chosen clock, store, listener or plan resolver; [`RateLimiter::try_connect`] and its [`ConnectError`] for a strict start |
 //! | [`Decision`], [`Tier`] | what a check decided, per tier |
 //! | [`CheckRequest`], [`UserKey`] | a check with a cost, an IP user, or no user |
@@ -205,7 +205,9 @@ pub use crate::decision::Decision;
 #[doc(inline)]
 pub use crate::header_style::HeaderStyle;
 #[doc(inline)]
-pub use crate::layer::{RateLimit, RateLimitLayer, ResponseBody, ResponseFuture};
+pub use crate::layer::{
+    BodyMode, InnerBody, RateLimit, RateLimitLayer, ResponseBody, ResponseFuture, WrappedBody,
+};
 #[doc(inline)]
 pub use crate::limiter::{RateLimiter, RateLimiterBuilder, Usage};
 #[doc(inline)]

@@ -54,7 +54,8 @@ pub(crate) fn app(
     let api = Router::new()
         .route("/api/v1/items", get(list_items).post(create_item))
         .route("/api/v1/items/{id}", get(get_item))
-        .route_layer(layer);
+        // Answer axum's own body type: axum then has no body of ours to box again.
+        .route_layer(layer.inner_body());
     let rate_limit = move |ConnectInfo(peer): ConnectInfo<SocketAddr>, parts: Parts| {
         let (limiter, layer) = (usage.clone(), keys.clone());
         async move { rate_limit(limiter, layer, peer, parts).await }

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use super::RateLimitLayer;
 use crate::client_ip::{IpNet, Proxies};
 
-impl RateLimitLayer {
+impl<A> RateLimitLayer<A> {
     /// Behind proxies in these networks, the client is the rightmost address of the client-IP
     /// header that is not one of them — never the leftmost, which the client writes. The header is
     /// `X-Forwarded-For` unless [`client_ip_header`](Self::client_ip_header) names another;
@@ -28,7 +28,7 @@ impl RateLimitLayer {
     /// [`trusts_every_client`](Self::trusts_every_client)).
     pub fn trusted_proxies(mut self, networks: impl IntoIterator<Item = IpNet>) -> Self {
         let networks: Vec<IpNet> = networks.into_iter().collect();
-        if let Some(all) = Self::trusts_every_client(&networks) {
+        if let Some(all) = RateLimitLayer::trusts_every_client(&networks) {
             tracing::error!(
                 network = %all,
                 "trusted_proxies: {all} trusts every client to name its own address, so any \
@@ -37,21 +37,6 @@ impl RateLimitLayer {
         }
         self.settings_mut().client_ip.proxies = Proxies::Networks(networks);
         self
-    }
-
-    /// Every address of one family (`0.0.0.0/0` or `::/0`) if `networks` hold it, alone or
-    /// together; `None` for networks that leave some client out. For an application that takes
-    /// its proxies from its operator and wants to refuse such a list, as the demo server does.
-    ///
-    /// ```
-    /// use tiered_ratelimit::{IpNet, RateLimitLayer};
-    /// let halves: Vec<IpNet> = vec!["0.0.0.0/1".parse().unwrap(), "128.0.0.0/1".parse().unwrap()];
-    /// assert_eq!(RateLimitLayer::trusts_every_client(&halves), Some("0.0.0.0/0".parse().unwrap()));
-    /// let proxies: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
-    /// assert_eq!(RateLimitLayer::trusts_every_client(&proxies), None);
-    /// ```
-    pub fn trusts_every_client(networks: &[IpNet]) -> Option<IpNet> {
-        crate::client_ip::covers_everything(networks)
     }
 
     /// The one header that carries the addresses the trusted proxies saw (default
@@ -98,5 +83,22 @@ impl RateLimitLayer {
     /// asks for the bucket the layer charged.
     pub fn client_ip(&self, headers: &http::HeaderMap, peer: IpAddr) -> IpAddr {
         self.settings.client_ip.client(headers, peer)
+    }
+}
+
+impl RateLimitLayer {
+    /// Every address of one family (`0.0.0.0/0` or `::/0`) if `networks` hold it, alone or
+    /// together; `None` for networks that leave some client out. For an application that takes
+    /// its proxies from its operator and wants to refuse such a list, as the demo server does.
+    ///
+    /// ```
+    /// use tiered_ratelimit::{IpNet, RateLimitLayer};
+    /// let halves: Vec<IpNet> = vec!["0.0.0.0/1".parse().unwrap(), "128.0.0.0/1".parse().unwrap()];
+    /// assert_eq!(RateLimitLayer::trusts_every_client(&halves), Some("0.0.0.0/0".parse().unwrap()));
+    /// let proxies: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+    /// assert_eq!(RateLimitLayer::trusts_every_client(&proxies), None);
+    /// ```
+    pub fn trusts_every_client(networks: &[IpNet]) -> Option<IpNet> {
+        crate::client_ip::covers_everything(networks)
     }
 }

@@ -70,7 +70,7 @@ impl Endpoint<'_> {
     }
 }
 
-impl RateLimitLayer {
+impl<A> RateLimitLayer<A> {
     /// The user id of a request, borrowed from it where the source allows.
     #[inline]
     pub(crate) fn user_id_in<'p>(&self, head: Head<'p>) -> Option<Cow<'p, str>> {

@@ -22,6 +22,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -37,6 +38,7 @@ use crate::decision::Decision;
 use crate::limiter::RateLimiter;
 
 pub(crate) mod body;
+mod body_mode;
 mod client_address;
 pub(crate) mod extract;
 pub(crate) mod future;
@@ -45,6 +47,7 @@ pub(crate) mod rejection;
 pub(crate) mod service;
 
 pub use self::body::ResponseBody;
+pub use self::body_mode::{BodyMode, InnerBody, WrappedBody};
 pub use self::future::ResponseFuture;
 pub use self::service::RateLimit;
 
@@ -98,13 +101,26 @@ type CostFn = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
 ///         parts.headers.get("x-user-id")?.to_str().ok().map(str::to_owned)
 ///     }));
 /// ```
-#[derive(Clone)]
+///
+/// Responses carry [`ResponseBody`] by default, whatever the inner service's body;
+/// [`inner_body`](Self::inner_body) answers with the inner body's own type instead (axum's
+/// `Body`, say), which under axum saves a box on every response.
 #[must_use]
-pub struct RateLimitLayer {
+pub struct RateLimitLayer<A = WrappedBody> {
     /// Behind one `Arc`: routers clone the layer's service for every request (and axum makes
     /// it anew per request until the router is finished with `with_state`), so a clone is one
     /// increment.
     settings: Arc<Settings>,
+    mode: PhantomData<fn() -> A>,
+}
+
+impl<A> Clone for RateLimitLayer<A> {
+    fn clone(&self) -> Self {
+        Self {
+            settings: Arc::clone(&self.settings),
+            mode: PhantomData,
+        }
+    }
 }
 
 /// What a [`RateLimitLayer`] is made of.
@@ -121,7 +137,7 @@ struct Settings {
     paths: extract::PathsSeen,
 }
 
-impl fmt::Debug for RateLimitLayer {
+impl<A> fmt::Debug for RateLimitLayer<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = &*self.settings;
         f.debug_struct("RateLimitLayer")
@@ -154,6 +170,38 @@ impl RateLimitLayer {
                 #[cfg(feature = "axum")]
                 paths: extract::PathsSeen::default(),
             }),
+            mode: PhantomData,
+        }
+    }
+}
+
+impl<A> RateLimitLayer<A> {
+    /// Answers with the inner service's own response body type, instead of wrapping it in
+    /// [`ResponseBody`]: an allowed request's response is the inner response as it was, with
+    /// the rate-limit headers added, and a rejection's body is made with the body type's
+    /// `From<Bytes>`. For inner services whose body has one: axum's `Body` (a `Router`'s
+    /// routes, under `route_layer` or `layer`), `http_body_util::Full<Bytes>`, ...
+    ///
+    /// axum boxes every response body that is not its own `Body`, so under axum this saves an
+    /// allocation and a layer of indirection on every response.
+    ///
+    /// ```
+    /// use axum::{routing::get, Router};
+    /// use tiered_ratelimit::{RateLimitConfig, RateLimitLayer};
+    ///
+    /// let config = RateLimitConfig::builder().user_limit(50).build().expect("valid config");
+    /// let app: Router = Router::new()
+    ///     .route("/api/v1/items/{id}", get(|| async { "item" }))
+    ///     .route_layer(
+    ///         RateLimitLayer::new(config)
+    ///             .user_id_header("x-user-id")
+    ///             .inner_body(),
+    ///     );
+    /// ```
+    pub fn inner_body(self) -> RateLimitLayer<InnerBody> {
+        RateLimitLayer {
+            settings: self.settings,
+            mode: PhantomData,
         }
     }
 
@@ -309,8 +357,8 @@ impl RateLimitLayer {
     }
 }
 
-impl<S> Layer<S> for RateLimitLayer {
-    type Service = RateLimit<S>;
+impl<S, A> Layer<S> for RateLimitLayer<A> {
+    type Service = RateLimit<S, A>;
 
     fn layer(&self, inner: S) -> Self::Service {
         RateLimit {

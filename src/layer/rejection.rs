@@ -5,36 +5,34 @@ use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE};
 use http::{Response, StatusCode};
 
-use super::body::ResponseBody;
 use super::headers;
 use super::RejectFn;
 use crate::decision::Decision;
 use crate::header_style::HeaderStyle;
 
 /// The inner service's response, with the rate-limit headers.
+#[inline]
 pub(crate) fn with_headers<B>(
-    response: Response<B>,
+    mut response: Response<B>,
     decision: &Decision,
     style: HeaderStyle,
-) -> Response<ResponseBody<B>> {
-    let (mut parts, body) = response.into_parts();
-    headers::write(decision, style, &mut parts.headers);
-    Response::from_parts(parts, ResponseBody::inner(body))
+) -> Response<B> {
+    headers::write(decision, style, response.headers_mut());
+    response
 }
 
 /// The 429 (or the user's own rejection), with the rate-limit headers.
-pub(crate) fn reject<B>(
+pub(crate) fn reject(
     decision: &Decision,
     style: HeaderStyle,
     custom: Option<&RejectFn>,
-) -> Response<ResponseBody<B>> {
-    let response = match custom {
+) -> Response<Bytes> {
+    let mut response = match custom {
         Some(f) => f(decision),
         None => problem(decision),
     };
-    let (mut parts, body) = response.into_parts();
-    headers::write(decision, style, &mut parts.headers);
-    Response::from_parts(parts, ResponseBody::rejection(body))
+    headers::write(decision, style, response.headers_mut());
+    response
 }
 
 /// RFC 9457 `application/problem+json`, naming the violated policy (the tier).

@@ -7,9 +7,9 @@ use tower_service::Service;
 use tracing::level_filters::LevelFilter;
 use tracing::Level;
 
-use super::body::ResponseBody;
+use super::body_mode::{BodyMode, WrappedBody};
 use super::extract::{self, user_key, Head};
-use super::future::ResponseFuture;
+use super::future::{Answered, ResponseFuture};
 use super::rejection::{reject, with_headers};
 use super::RateLimitLayer;
 use crate::decision::Decision;
@@ -17,30 +17,32 @@ use crate::header_style::HeaderStyle;
 use crate::limiter::{Pending, RateLimiter};
 use crate::request::CheckRequest;
 
-/// The service made by [`RateLimitLayer`].
+/// The service made by [`RateLimitLayer`]; its responses carry the body of `A` (see
+/// [`BodyMode`]).
 #[derive(Clone, Debug)]
-pub struct RateLimit<S> {
+pub struct RateLimit<S, A = WrappedBody> {
     pub(crate) inner: S,
-    pub(crate) layer: RateLimitLayer,
+    pub(crate) layer: RateLimitLayer<A>,
 }
 
-impl<S> RateLimit<S> {
+impl<S, A> RateLimit<S, A> {
     /// The limiter behind the service.
     pub fn limiter(&self) -> &RateLimiter {
         self.layer.limiter()
     }
 }
 
-impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
+impl<S, A, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, A>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     ReqBody: Send + 'static,
     ResBody: 'static,
+    A: BodyMode<ResBody>,
 {
-    type Response = Response<ResponseBody<ResBody>>;
+    type Response = Response<A::Body>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
+    type Future = ResponseFuture<S::Future, ResBody, S::Error, A>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -94,16 +96,20 @@ where
             let decision = limiter.finish(pending).await;
             record_on(&recorder, &decision);
             if !decision.allowed() {
-                return Ok(reject(&decision, style, rejection.as_ref()));
+                return Ok(Answered::Rejected(reject(
+                    &decision,
+                    style,
+                    rejection.as_ref(),
+                )));
             }
             let response = inner.call(request).await?;
-            Ok(with_headers(response, &decision, style))
+            Ok(Answered::Inner(with_headers(response, &decision, style)))
         };
         ResponseFuture::waiting(Box::pin(tracing::Instrument::instrument(future, span)))
     }
 }
 
-impl<S> RateLimit<S> {
+impl<S, A> RateLimit<S, A> {
     /// Checks a request taken apart for a closure that takes its `Parts`; gives it back whole.
     #[inline(never)]
     fn check_parts<B>(
