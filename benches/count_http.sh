@@ -23,7 +23,7 @@ count() {
 }
 
 declare -A per
-for mode in bare headers ours governor; do
+for mode in bare headers ours inner governor; do
   a=$(count "$mode" "$n")
   b=$(count "$mode" $((2 * n)))
   per[$mode]=$(((b - a) / n))
@@ -32,4 +32,6 @@ done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 echo "ours / headers:  $(ratio "${per[ours]}" "${per[headers]}")x the instructions"
 echo "ours / governor: $(ratio "${per[ours]}" "${per[governor]}")x the instructions"
-echo "layer's own work: ours $((per[ours] - per[bare])), tower_governor $((per[governor] - per[bare])) (each minus bare)"
+echo "inner / headers: $(ratio "${per[inner]}" "${per[headers]}")x the instructions"
+echo "inner / governor: $(ratio "${per[inner]}" "${per[governor]}")x the instructions"
+echo "layer's own work: ours $((per[ours] - per[bare])), inner $((per[inner] - per[bare])), tower_governor $((per[governor] - per[bare])) (each minus bare)"

@@ -6,6 +6,7 @@
 #   headers   no rate limiting; the handler writes the two headers ours sends (the baseline
 #             of the issue-11 target: ours >= 0.97x of it)
 #   ours      RateLimitLayer, in memory, three tiers, limits never reached (1 s window)
+#   inner     ours with .inner_body(): its responses carry axum's own body (not boxed again)
 #   governor  tower_governor 0.7 keyed by the x-user-id header, a quota never reached
 #
 # (benches/examples/bench_http.rs). wrk loads each from a second process; the modes run interleaved
@@ -24,7 +25,8 @@
 #
 # Writes the table to stdout and benches/results/http.md, every run to benches/results/http.csv.
 # Settings (environment): DURATION (10s), WARMUP (2s), CONNECTIONS (64), REPS (3), WORKERS (1),
-# SERVER_CPUS (0), WRK_CPUS (1), MODES ("bare headers ours governor"), RESULTS (benches/results).
+# SERVER_CPUS (0), WRK_CPUS (1), MODES ("bare headers ours inner governor"), RESULTS
+# (benches/results).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -37,7 +39,7 @@ REPS=${REPS:-3}
 WORKERS=${WORKERS:-1}
 SERVER_CPUS=${SERVER_CPUS:-0}
 WRK_CPUS=${WRK_CPUS:-1}
-MODES=${MODES:-bare headers ours governor}
+MODES=${MODES:-bare headers ours inner governor}
 RESULTS=${RESULTS:-$ROOT/benches/results}
 USER_HEADER='x-user-id: bench'
 
@@ -158,7 +160,7 @@ CSV=$TMP/http.csv
 echo "run,mode,rep,requests_per_sec,p50_us,p99_us,requests,non_2xx,socket_errors,server_cpu,server_cpu_us_per_request" >"$CSV"
 runs=0
 for mode in $MODES; do
-    case $mode in bare | headers | ours | governor) ;; *) die "unknown mode $mode" ;; esac
+    case $mode in bare | headers | ours | inner | governor) ;; *) die "unknown mode $mode" ;; esac
     runs=$((runs + 1))
 done
 log "$REPS x {$MODES}: wrk -t1 -c$CONNECTIONS, warm-up $WARMUP, timed $DURATION; pinning: $pinning"
@@ -240,8 +242,14 @@ cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
         if [ -n "${RPS[headers]:-}" ]; then compare "ours / headers" ours headers; fi
         if [ -n "${RPS[governor]:-}" ]; then compare "ours / governor" ours governor; fi
     fi
+    if [ -n "${RPS[inner]:-}" ]; then
+        if [ -n "${RPS[ours]:-}" ]; then compare "inner / ours" inner ours; fi
+        if [ -n "${RPS[headers]:-}" ]; then compare "inner / headers" inner headers; fi
+        if [ -n "${RPS[governor]:-}" ]; then compare "inner / governor" inner governor; fi
+    fi
     echo
     echo "ours checks three tiers (user, endpoint, global sliding logs) and adds two headers;"
+    echo "inner is ours with .inner_body() (its responses carry axum's own body)."
     echo "tower_governor checks one GCRA cell keyed by the same x-user-id header and adds none."
     echo "Server CPU per request (user + system CPU time of the server process over the timed run,"
     echo "divided by the requests served) is the figure least disturbed by other load on the"

@@ -92,7 +92,13 @@ def plot(memory_rows, http_rows, redis_rows):
         ax.legend(fontsize=8)
     if http_rows:
         ax = next(ax_iter)
-        colors = {"bare": "grey", "headers": "silver", "ours": "tab:blue", "governor": "tab:orange"}
+        colors = {
+            "bare": "grey",
+            "headers": "silver",
+            "ours": "tab:blue",
+            "inner": "tab:cyan",
+            "governor": "tab:orange",
+        }
         modes = [m for m in colors if any(r["mode"] == m for r in http_rows)]
         medians = []
         for m in modes:

@@ -2,7 +2,7 @@
 //! behind our `RateLimitLayer`, or behind `tower_governor`, with limits never reached.
 //!
 //! ```text
-//! cargo run --release -p tiered-ratelimit-benches --example bench_http -- --mode bare|ours|governor \
+//! cargo run --release -p tiered-ratelimit-benches --example bench_http -- --mode bare|headers|ours|inner|governor \
 //!     [--listen 127.0.0.1:0] [--workers N]
 //! ```
 //!
@@ -11,6 +11,8 @@
 //!   `x-user-id` header, endpoint = the route template `/`, global), every limit 2^40 in a 1 s
 //!   window. The sliding log keeps each admitted request for one window, so memory stays at
 //!   about one second's worth of requests.
+//! - `inner`: `ours` with `.inner_body()`: its responses carry axum's own body, which axum
+//!   does not box again.
 //! - `governor`: `tower_governor` 0.7 keyed by the `x-user-id` header (one GCRA cell per key),
 //!   one cell replenished every nanosecond with a burst of 2^32 - 1: it never limits.
 //!
@@ -28,10 +30,11 @@ mod http_app;
 use http_app::{app_with_clock, Mode};
 
 const USAGE: &str = "\
-usage: bench_http --mode bare|headers|ours|governor [--listen ADDR] [--workers N]
+usage: bench_http --mode bare|headers|ours|inner|governor [--listen ADDR] [--workers N]
 
   --mode MODE      bare (no layer), headers (no layer; the handler writes the two headers ours
-                   sends), ours (RateLimitLayer, in memory) or governor (tower_governor)
+                   sends), ours (RateLimitLayer, in memory), inner (ours answering axum's own
+                   body: .inner_body()) or governor (tower_governor)
   --listen ADDR    address to serve on (default 127.0.0.1:0, a free port)
   --workers N      tokio worker threads (default: the number of CPUs this process may use)
 ";

@@ -1,6 +1,7 @@
 //! Instruction-count harness of the HTTP comparison: N requests through one of `bench_http`'s
-//! four servers (`bare`, `headers`, `ours`, `governor`), called in process (no socket, no
-//! runtime: every future here is ready at once), for `valgrind --tool=callgrind` to count.
+//! five servers (`bare`, `headers`, `ours`, `inner`, `governor`), called in process (no
+//! socket, no runtime: every future here is ready at once), for `valgrind --tool=callgrind` to
+//! count.
 //! `benches/count_http.sh` runs each mode with N and 2N requests and divides the difference by
 //! N, so that start-up cancels out: the instructions one request costs in user space, without
 //! the kernel's TCP work that wrk's figures also hold.
@@ -11,7 +12,7 @@
 //! ```
 //!
 //! Each request is `GET /` with `x-user-id: alice`, through the router finished once with
-//! `with_state(())` as `axum::serve` does, so that routes are not rebuilt per request. Ours
+//! `with_state(())` as `axum::serve` does, so that routes are not rebuilt per request. Ours (and `inner`)
 //! runs on a manual clock moved 100 µs per request (its 1 s logs fill up to 10,000 entries,
 //! then trim one per request, as under steady load), so that its count is the same on every
 //! run; the peers' work does not depend on the time.
@@ -47,7 +48,7 @@ fn main() -> ExitCode {
         args.next().as_deref().and_then(Mode::parse),
         args.next().and_then(|n| n.parse::<u64>().ok()),
     ) else {
-        eprintln!("usage: count_http bare|headers|ours|governor N");
+        eprintln!("usage: count_http bare|headers|ours|inner|governor N");
         return ExitCode::from(2);
     };
     let clock = ManualClock::at(Duration::from_secs(1_000_000));

@@ -1,7 +1,7 @@
-//! The four servers of the HTTP comparison, shared by `bench_http` (served over TCP for wrk)
+//! The five servers of the HTTP comparison, shared by `bench_http` (served over TCP for wrk)
 //! and `count_http` (called in process, for callgrind): an axum hello-world (`GET /` answers
-//! `hello`) bare, bare writing our two headers, behind our `RateLimitLayer`, or behind
-//! `tower_governor`, with limits never reached.
+//! `hello`) bare, bare writing our two headers, behind our `RateLimitLayer` (answering its own
+//! body, or axum's with `inner_body`), or behind `tower_governor`, with limits never reached.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +23,8 @@ pub enum Mode {
     /// Bare axum whose handler writes the same two headers as ours (the baseline).
     Headers,
     Ours,
+    /// Ours answering axum's own body (`RateLimitLayer::inner_body`).
+    Inner,
     Governor,
 }
 
@@ -33,6 +35,7 @@ impl Mode {
             "bare" => Self::Bare,
             "headers" => Self::Headers,
             "ours" => Self::Ours,
+            "inner" => Self::Inner,
             "governor" => Self::Governor,
             _ => return None,
         })
@@ -85,7 +88,7 @@ pub fn app_with_clock(mode: Mode, clock: Option<ManualClock>) -> Result<Router, 
                 )
             }),
         ),
-        Mode::Ours => {
+        Mode::Ours | Mode::Inner => {
             let config = RateLimitConfig::builder()
                 .window(Duration::from_secs(1))
                 .user_limit(HUGE)
@@ -97,7 +100,12 @@ pub fn app_with_clock(mode: Mode, clock: Option<ManualClock>) -> Result<Router, 
                 Some(clock) => RateLimiter::builder(config).clock(clock).build(),
                 None => RateLimiter::new(config),
             };
-            router.route_layer(RateLimitLayer::from_limiter(limiter).user_id_header("x-user-id"))
+            let layer = RateLimitLayer::from_limiter(limiter).user_id_header("x-user-id");
+            if mode == Mode::Inner {
+                router.route_layer(layer.inner_body())
+            } else {
+                router.route_layer(layer)
+            }
         }
         Mode::Governor => {
             // per_nanosecond(1): one cell back every nanosecond (per_second(n) would be one
