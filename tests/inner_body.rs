@@ -1,7 +1,8 @@
 //! `RateLimitLayer::inner_body`: responses carry the inner service's own body type. Over real
-//! HTTP in memory and on Redis (the store that waits), allowed and denied alike; a rejection of
-//! one's own with an empty body; a plain tower service with `Full<Bytes>`; the types axum sees;
-//! and the allocation it saves under axum, counted.
+//! HTTP in memory and on Redis (the store that waits): the same bytes on the wire as the
+//! default wrapped body, request by request, under `route_layer` and `Router::layer`, with
+//! shadow mode, IETF headers and rejections of one's own; a plain tower service with
+//! `Full<Bytes>`; and the allocation it saves on an allowed response under axum, counted.
 #![cfg(all(feature = "axum", feature = "redis"))]
 
 mod common;
@@ -21,7 +22,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use tiered_ratelimit::{
-    Backend, InnerBody, ManualClock, RateLimit, RateLimitConfig, RateLimitLayer, RateLimiter,
+    Backend, InnerBody, ManualClock, RateLimitConfig, RateLimitLayer, RateLimiter,
 };
 use tower::{Service, ServiceExt};
 
@@ -128,7 +129,7 @@ async fn two_then_429(url: &str, user: &str) {
 }
 
 #[tokio::test]
-async fn in_memory_over_http_allowed_and_denied_answer_as_the_wrapped_body_does() {
+async fn in_memory_over_http_two_are_admitted_then_a_429_with_the_problem_body() {
     let layer = RateLimitLayer::new(config(2)).user_id_header("x-user-id");
     let url = serve(router(layer.inner_body())).await;
     two_then_429(&url, "ann").await;
@@ -137,7 +138,7 @@ async fn in_memory_over_http_allowed_and_denied_answer_as_the_wrapped_body_does(
 }
 
 #[tokio::test]
-async fn on_redis_the_waiting_path_answers_alike() {
+async fn on_redis_the_waiting_path_admits_two_then_answers_the_problem_body() {
     let server = RedisServer::start();
     let config = RateLimitConfig::builder()
         .window(Duration::from_secs(60))
@@ -201,22 +202,6 @@ async fn any_tower_service_whose_body_is_made_from_bytes() {
     assert_eq!(problem["policy"], "global");
 }
 
-/// The service a route gets answers axum's own `Body`: axum has nothing to box.
-#[test]
-fn under_axum_the_service_answers_axums_body() {
-    fn answers_axum_body<S>(_: &S)
-    where
-        S: Service<Request<Body>, Response = Response<Body>>,
-    {
-    }
-    let layer = RateLimitLayer::new(config(1)).inner_body();
-    let route = tower::service_fn(|_: Request<Body>| async {
-        Ok::<_, Infallible>(Response::new(Body::from("ok")))
-    });
-    let svc: RateLimit<_, InnerBody> = tower::Layer::layer(&layer, route);
-    answers_axum_body(&svc);
-}
-
 fn ready<F: Future>(f: F) -> F::Output {
     let mut f = pin!(f);
     match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
@@ -249,7 +234,7 @@ fn allocations_per_request(app: Router) -> u64 {
 }
 
 #[test]
-fn under_axum_a_response_costs_one_allocation_less() {
+fn under_axum_an_allowed_response_costs_one_allocation_less() {
     let make = || {
         let limiter = RateLimiter::builder(config(1 << 40))
             .clock(ManualClock::new())
@@ -263,4 +248,207 @@ fn under_axum_a_response_costs_one_allocation_less() {
     );
     let inner = allocations_per_request(router(make().inner_body()));
     assert_eq!(inner + 1, wrapped, "inner_body {inner}, wrapped {wrapped}");
+}
+
+/// Where the layer goes: on the matched routes only, or on the whole router (a 404 counted).
+#[derive(Clone, Copy, Debug)]
+enum Attach {
+    RouteLayer,
+    Layer,
+}
+
+/// A body of two frames, sent chunked.
+struct TwoChunks(u8);
+
+impl http_body::Body for TwoChunks {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        self.0 += 1;
+        Poll::Ready(match self.0 {
+            1 => Some(Ok(http_body::Frame::data(Bytes::from_static(b"ab")))),
+            2 => Some(Ok(http_body::Frame::data(Bytes::from_static(b"cd")))),
+            _ => None,
+        })
+    }
+}
+
+/// Routes with a text, an empty and a chunked body.
+fn routes() -> Router {
+    Router::new()
+        .route("/items", get(|| async { "ok" }).post(|| async { "made" }))
+        .route("/empty", get(|| async { "" }))
+        .route("/chunks", get(|| async { Body::new(TwoChunks(0)) }))
+}
+
+/// [`routes`] with `$layer` attached as `$attach` says (a macro: the two body modes are two
+/// types).
+macro_rules! attached {
+    ($attach:expr, $layer:expr) => {
+        match $attach {
+            Attach::RouteLayer => routes().route_layer($layer),
+            Attach::Layer => routes().layer($layer),
+        }
+    };
+}
+
+/// The whole answer to one HTTP/1.1 request, as bytes on the wire, less its `Date` line.
+async fn raw(addr: &str, method: &str, path: &str, user: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: x\r\nx-user-id: {user}\r\nconnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    String::from_utf8_lossy(&answer)
+        .split("\r\n")
+        .filter(|line| !line.to_ascii_lowercase().starts_with("date:"))
+        .collect::<Vec<_>>()
+        .join("\r\n")
+}
+
+/// Three requests of each kind (the user limit is 2): allowed, allowed, denied.
+const SEQUENCE: [(&str, &str, &str); 7] = [
+    ("GET", "/items", "get"),
+    ("HEAD", "/items", "head"),
+    ("GET", "/empty", "empty"),
+    ("GET", "/chunks", "chunks"),
+    ("POST", "/items", "post"),
+    ("GET", "/nowhere", "lost"),
+    ("HEAD", "/nowhere", "lost-head"),
+];
+
+type Configure =
+    fn(tiered_ratelimit::RateLimitConfigBuilder) -> tiered_ratelimit::RateLimitConfigBuilder;
+type Customize = fn(RateLimitLayer) -> RateLimitLayer;
+
+/// What the wrapped and the inner body answer to the same requests, on stores of their own
+/// (two Redis servers with `redis`), compared byte for byte.
+async fn same_bytes_on_the_wire(
+    configure: Configure,
+    customize: Customize,
+    denies: bool,
+    redis: bool,
+) {
+    for attach in [Attach::RouteLayer, Attach::Layer] {
+        let servers = redis.then(|| [RedisServer::start(), RedisServer::start()]);
+        let mut layers = Vec::new();
+        for i in 0..2 {
+            let mut builder = configure(
+                RateLimitConfig::builder()
+                    .window(Duration::from_secs(60))
+                    .user_limit(2)
+                    .endpoint_limit(0)
+                    .global_limit(0),
+            );
+            if let Some(servers) = &servers {
+                builder = builder.redis_url(servers[i].url());
+            }
+            let limiter = RateLimiter::new(builder.build().unwrap());
+            if redis {
+                limiter.wait_connected().await;
+                assert_eq!(limiter.backend(), Backend::Redis);
+            }
+            layers.push(customize(
+                RateLimitLayer::from_limiter(limiter).user_id_header("x-user-id"),
+            ));
+        }
+        let inner = layers.pop().unwrap().inner_body();
+        let wrapped = layers.pop().unwrap();
+        let wrapped = serve(attached!(attach, wrapped)).await;
+        let inner = serve(attached!(attach, inner)).await;
+        let (wrapped, inner) = (&wrapped[7..wrapped.len() - 6], &inner[7..inner.len() - 6]);
+        let mut denied = 0;
+        for (method, path, user) in SEQUENCE {
+            for n in 1..=3 {
+                let expected = raw(wrapped, method, path, user).await;
+                if expected.starts_with("HTTP/1.1 429") || expected.starts_with("HTTP/1.1 503") {
+                    denied += 1;
+                }
+                assert_eq!(
+                    raw(inner, method, path, user).await,
+                    expected,
+                    "{attach:?} {method} {path} #{n}, redis {redis}"
+                );
+            }
+        }
+        // The third of each kind is denied, unless in shadow mode; under `route_layer` the
+        // unmatched path is not limited at all.
+        let kinds = match attach {
+            Attach::RouteLayer => 5,
+            Attach::Layer => 7,
+        };
+        assert_eq!(denied, if denies { kinds } else { 0 }, "{attach:?}");
+    }
+}
+
+fn as_configured(
+    builder: tiered_ratelimit::RateLimitConfigBuilder,
+) -> tiered_ratelimit::RateLimitConfigBuilder {
+    builder
+}
+
+fn shadow(
+    builder: tiered_ratelimit::RateLimitConfigBuilder,
+) -> tiered_ratelimit::RateLimitConfigBuilder {
+    builder.shadow(true)
+}
+
+fn both_styles(
+    builder: tiered_ratelimit::RateLimitConfigBuilder,
+) -> tiered_ratelimit::RateLimitConfigBuilder {
+    builder.headers(tiered_ratelimit::HeaderStyle::Both)
+}
+
+fn as_built(layer: RateLimitLayer) -> RateLimitLayer {
+    layer
+}
+
+fn empty_503(layer: RateLimitLayer) -> RateLimitLayer {
+    layer.on_rejection(|_| {
+        let mut response = Response::new(Bytes::new());
+        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        response
+    })
+}
+
+fn plain_text(layer: RateLimitLayer) -> RateLimitLayer {
+    layer.on_rejection(|_| {
+        Response::builder()
+            .status(StatusCode::TOO_MANY_REQUESTS)
+            .header(http::header::CONTENT_TYPE, "text/plain")
+            .body(Bytes::from_static(b"slow down"))
+            .unwrap()
+    })
+}
+
+/// Each case: its name, its configuration and layer, whether it denies (not in shadow mode).
+const CASES: [(&str, Configure, Customize, bool); 5] = [
+    ("the problem body", as_configured, as_built, true),
+    ("shadow mode", shadow, as_built, false),
+    ("IETF and legacy headers", both_styles, as_built, true),
+    ("an empty 503 of one's own", as_configured, empty_503, true),
+    ("a text 429 of one's own", both_styles, plain_text, true),
+];
+
+#[tokio::test]
+async fn in_memory_the_inner_body_puts_the_same_bytes_on_the_wire() {
+    for (case, configure, customize, denies) in CASES {
+        eprintln!("{case}");
+        same_bytes_on_the_wire(configure, customize, denies, false).await;
+    }
+}
+
+#[tokio::test]
+async fn on_redis_the_inner_body_puts_the_same_bytes_on_the_wire() {
+    for (case, configure, customize, denies) in CASES {
+        eprintln!("{case}");
+        same_bytes_on_the_wire(configure, customize, denies, true).await;
+    }
 }

@@ -15,16 +15,18 @@ mod sealed {
 
 /// How a [`RateLimit`](super::RateLimit) service's responses carry their body: the inner
 /// service's body `B` on an allowed request, the rejection's bytes on a denied one. Sealed:
-/// implemented by [`WrappedBody`] and [`InnerBody`] only.
+/// implemented by [`WrappedBody`] and [`InnerBody`] only; only its `Body` is for users to name.
 pub trait BodyMode<B>: sealed::Sealed {
     /// The body of the service's responses.
     type Body;
 
-    /// The inner service's body, as the service answers it.
+    /// The inner service's body, as the service answers it. Not part of the API.
+    #[doc(hidden)]
     fn inner(body: B) -> Self::Body;
 
     /// The rejection's body (the 429's problem document, or what
-    /// [`on_rejection`](super::RateLimitLayer::on_rejection) returned).
+    /// [`on_rejection`](super::RateLimitLayer::on_rejection) returned). Not part of the API.
+    #[doc(hidden)]
     fn rejection(data: Bytes) -> Self::Body;
 }
 
@@ -37,7 +39,7 @@ pub struct WrappedBody;
 /// responses carry the inner service's own body type, and a rejection's body is made with its
 /// `From<Bytes>`. An allowed request's response is the inner response as it was, headers
 /// added; under axum, which boxes any body but its own, that saves a box and a layer of
-/// indirection on every response.
+/// indirection on every allowed response.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct InnerBody;
 

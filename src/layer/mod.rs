@@ -104,7 +104,7 @@ type CostFn = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
 ///
 /// Responses carry [`ResponseBody`] by default, whatever the inner service's body;
 /// [`inner_body`](Self::inner_body) answers with the inner body's own type instead (axum's
-/// `Body`, say), which under axum saves a box on every response.
+/// `Body`, say), which under axum saves a box on every allowed response.
 #[must_use]
 pub struct RateLimitLayer<A = WrappedBody> {
     /// Behind one `Arc`: routers clone the layer's service for every request (and axum makes
@@ -180,10 +180,14 @@ impl<A> RateLimitLayer<A> {
     /// [`ResponseBody`]: an allowed request's response is the inner response as it was, with
     /// the rate-limit headers added, and a rejection's body is made with the body type's
     /// `From<Bytes>`. For inner services whose body has one: axum's `Body` (a `Router`'s
-    /// routes, under `route_layer` or `layer`), `http_body_util::Full<Bytes>`, ...
+    /// routes, under `route_layer` or `layer`), `http_body_util::Full<Bytes>`, ... The inner
+    /// body must implement `From<Bytes>`: hyper's `Incoming` (a proxy's) and tonic's `Body` do
+    /// not, and the service then does not compile (keep the default for those). The statuses,
+    /// headers and bodies are the same bytes either way.
     ///
     /// axum boxes every response body that is not its own `Body`, so under axum this saves an
-    /// allocation and a layer of indirection on every response.
+    /// allocation and a layer of indirection on every allowed response (a rejection's body is
+    /// boxed by axum's `From<Bytes>` instead).
     ///
     /// ```
     /// use axum::{routing::get, Router};
