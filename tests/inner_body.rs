@@ -1,5 +1,5 @@
 //! `RateLimitLayer::inner_body`: responses carry the inner service's own body type. Over real
-//! HTTP in memory and on Redis (the store that waits): the same bytes on the wire as the
+//! HTTP in memory, on Redis (the store that waits) and on the cluster: the same bytes on the wire as the
 //! default wrapped body, request by request, under `route_layer` and `Router::layer`, with
 //! shadow mode, IETF headers and rejections of one's own; a plain tower service with
 //! `Full<Bytes>`; and the allocation it saves on an allowed response under axum, counted.
@@ -22,11 +22,12 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use tiered_ratelimit::{
-    Backend, InnerBody, ManualClock, RateLimitConfig, RateLimitLayer, RateLimiter,
+    Backend, InnerBody, ManualClock, RateLimitConfig, RateLimitConfigBuilder, RateLimitLayer,
+    RateLimiter,
 };
 use tower::{Service, ServiceExt};
 
-use common::RedisServer;
+use common::TestBackend;
 
 /// Counts the allocations of the thread that makes them (tests run on threads of their own).
 struct Counting;
@@ -55,14 +56,17 @@ fn allocations() -> u64 {
     ALLOCATIONS.with(Cell::get)
 }
 
-fn config(user: u64) -> RateLimitConfig {
+/// A minute's window, `user` requests a user in it, the other tiers off.
+fn builder(user: u64) -> RateLimitConfigBuilder {
     RateLimitConfig::builder()
         .window(Duration::from_secs(60))
         .user_limit(user)
         .endpoint_limit(0)
         .global_limit(0)
-        .build()
-        .unwrap()
+}
+
+fn config(user: u64) -> RateLimitConfig {
+    builder(user).build().unwrap()
 }
 
 fn router(layer: RateLimitLayer<InnerBody>) -> Router {
@@ -71,10 +75,16 @@ fn router(layer: RateLimitLayer<InnerBody>) -> Router {
         .route_layer(layer)
 }
 
+/// Serves `app` on a free port; its address.
 async fn serve(app: Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr.to_string()
+}
+
+/// The `/items` route of the app served at `addr`.
+fn items(addr: &str) -> String {
     format!("http://{addr}/items")
 }
 
@@ -107,7 +117,8 @@ async fn get_as(url: &str, user: &str) -> Reply {
     }
 }
 
-/// Two requests of `user` admitted (remaining 1, 0), the third a 429 with the problem body.
+/// Two requests of `user` admitted (remaining 1, 0), the third a 429 with the problem body
+/// (the limiter on a clock that does not move).
 async fn two_then_429(url: &str, user: &str) {
     for remaining in ["1", "0"] {
         let r = get_as(url, user).await;
@@ -120,18 +131,22 @@ async fn two_then_429(url: &str, user: &str) {
     let r = get_as(url, user).await;
     assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(r.remaining.as_deref(), Some("0"));
-    assert_eq!(r.retry_after.as_deref(), Some("60"));
+    // On a clock that stands still, the first slot frees a window and 1 µs later: 61 s.
+    assert_eq!(r.retry_after.as_deref(), Some("61"));
     assert_eq!(r.content_type.as_deref(), Some("application/problem+json"));
     let problem: serde_json::Value = serde_json::from_str(&r.body).unwrap();
     assert_eq!(problem["status"], 429);
     assert_eq!(problem["policy"], "user");
-    assert_eq!(problem["retry_after"], 60);
+    assert_eq!(problem["retry_after"], 61);
 }
 
 #[tokio::test]
 async fn in_memory_over_http_two_are_admitted_then_a_429_with_the_problem_body() {
-    let layer = RateLimitLayer::new(config(2)).user_id_header("x-user-id");
-    let url = serve(router(layer.inner_body())).await;
+    let limiter = TestBackend::memory()
+        .limiter(builder(2), &ManualClock::new())
+        .await;
+    let layer = RateLimitLayer::from_limiter(limiter).user_id_header("x-user-id");
+    let url = items(&serve(router(layer.inner_body())).await);
     two_then_429(&url, "ann").await;
     // Another user is not affected.
     assert_eq!(get_as(&url, "ben").await.status, StatusCode::OK);
@@ -139,21 +154,14 @@ async fn in_memory_over_http_two_are_admitted_then_a_429_with_the_problem_body()
 
 #[tokio::test]
 async fn on_redis_the_waiting_path_admits_two_then_answers_the_problem_body() {
-    let server = RedisServer::start();
-    let config = RateLimitConfig::builder()
-        .window(Duration::from_secs(60))
-        .user_limit(2)
-        .endpoint_limit(0)
-        .global_limit(0)
-        .redis_url(server.url())
-        .build()
-        .unwrap();
-    let limiter = RateLimiter::new(config);
-    limiter.wait_connected().await;
-    assert_eq!(limiter.backend(), Backend::Redis);
+    let backend = TestBackend::redis();
+    let limiter = backend.limiter(builder(2), &ManualClock::new()).await;
     let layer = RateLimitLayer::from_limiter(limiter.clone()).user_id_header("x-user-id");
-    let url = serve(router(layer.inner_body())).await;
+    let url = items(&serve(router(layer.inner_body())).await);
     two_then_429(&url, "cleo").await;
+    let TestBackend::Redis(server) = &backend else {
+        unreachable!("a Redis backend")
+    };
     assert_eq!(server.cli(&["ZCARD", "rate_limit:user:cleo"]).trim(), "2");
     assert_eq!(limiter.backend(), Backend::Redis);
 }
@@ -168,7 +176,7 @@ async fn a_rejection_of_ones_own_keeps_its_status_body_and_headers() {
             response
         })
         .inner_body();
-    let url = serve(router(empty)).await;
+    let url = items(&serve(router(empty)).await);
     assert_eq!(get_as(&url, "dan").await.status, StatusCode::OK);
     let r = get_as(&url, "dan").await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
@@ -324,46 +332,32 @@ const SEQUENCE: [(&str, &str, &str); 7] = [
     ("HEAD", "/nowhere", "lost-head"),
 ];
 
-type Configure =
-    fn(tiered_ratelimit::RateLimitConfigBuilder) -> tiered_ratelimit::RateLimitConfigBuilder;
+type Configure = fn(RateLimitConfigBuilder) -> RateLimitConfigBuilder;
 type Customize = fn(RateLimitLayer) -> RateLimitLayer;
 
-/// What the wrapped and the inner body answer to the same requests, on stores of their own
-/// (two Redis servers with `redis`), compared byte for byte.
+/// What the wrapped and the inner body answer to the same requests, each on a backend of its
+/// own made by `backend` (a Redis server each, or a key prefix each on the cluster), compared
+/// byte for byte.
 async fn same_bytes_on_the_wire(
     configure: Configure,
     customize: Customize,
     denies: bool,
-    redis: bool,
+    backend: fn() -> TestBackend,
 ) {
     for attach in [Attach::RouteLayer, Attach::Layer] {
-        let servers = redis.then(|| [RedisServer::start(), RedisServer::start()]);
+        let clock = ManualClock::new();
+        let backends = [backend(), backend()];
         let mut layers = Vec::new();
-        for i in 0..2 {
-            let mut builder = configure(
-                RateLimitConfig::builder()
-                    .window(Duration::from_secs(60))
-                    .user_limit(2)
-                    .endpoint_limit(0)
-                    .global_limit(0),
-            );
-            if let Some(servers) = &servers {
-                builder = builder.redis_url(servers[i].url());
-            }
-            let limiter = RateLimiter::new(builder.build().unwrap());
-            if redis {
-                limiter.wait_connected().await;
-                assert_eq!(limiter.backend(), Backend::Redis);
-            }
+        for backend in &backends {
+            let limiter = backend.limiter(configure(builder(2)), &clock).await;
             layers.push(customize(
                 RateLimitLayer::from_limiter(limiter).user_id_header("x-user-id"),
             ));
         }
         let inner = layers.pop().unwrap().inner_body();
         let wrapped = layers.pop().unwrap();
-        let wrapped = serve(attached!(attach, wrapped)).await;
-        let inner = serve(attached!(attach, inner)).await;
-        let (wrapped, inner) = (&wrapped[7..wrapped.len() - 6], &inner[7..inner.len() - 6]);
+        let wrapped = &serve(attached!(attach, wrapped)).await;
+        let inner = &serve(attached!(attach, inner)).await;
         let mut denied = 0;
         for (method, path, user) in SEQUENCE {
             for n in 1..=3 {
@@ -374,7 +368,7 @@ async fn same_bytes_on_the_wire(
                 assert_eq!(
                     raw(inner, method, path, user).await,
                     expected,
-                    "{attach:?} {method} {path} #{n}, redis {redis}"
+                    "{attach:?} {method} {path} #{n}"
                 );
             }
         }
@@ -388,21 +382,15 @@ async fn same_bytes_on_the_wire(
     }
 }
 
-fn as_configured(
-    builder: tiered_ratelimit::RateLimitConfigBuilder,
-) -> tiered_ratelimit::RateLimitConfigBuilder {
+fn as_configured(builder: RateLimitConfigBuilder) -> RateLimitConfigBuilder {
     builder
 }
 
-fn shadow(
-    builder: tiered_ratelimit::RateLimitConfigBuilder,
-) -> tiered_ratelimit::RateLimitConfigBuilder {
+fn shadow(builder: RateLimitConfigBuilder) -> RateLimitConfigBuilder {
     builder.shadow(true)
 }
 
-fn both_styles(
-    builder: tiered_ratelimit::RateLimitConfigBuilder,
-) -> tiered_ratelimit::RateLimitConfigBuilder {
+fn both_styles(builder: RateLimitConfigBuilder) -> RateLimitConfigBuilder {
     builder.headers(tiered_ratelimit::HeaderStyle::Both)
 }
 
@@ -437,18 +425,25 @@ const CASES: [(&str, Configure, Customize, bool); 5] = [
     ("a text 429 of one's own", both_styles, plain_text, true),
 ];
 
-#[tokio::test]
-async fn in_memory_the_inner_body_puts_the_same_bytes_on_the_wire() {
+/// Every case on a pair of backends made by `backend`.
+async fn every_case(backend: fn() -> TestBackend) {
     for (case, configure, customize, denies) in CASES {
         eprintln!("{case}");
-        same_bytes_on_the_wire(configure, customize, denies, false).await;
+        same_bytes_on_the_wire(configure, customize, denies, backend).await;
     }
 }
 
 #[tokio::test]
+async fn in_memory_the_inner_body_puts_the_same_bytes_on_the_wire() {
+    every_case(TestBackend::memory).await;
+}
+
+#[tokio::test]
 async fn on_redis_the_inner_body_puts_the_same_bytes_on_the_wire() {
-    for (case, configure, customize, denies) in CASES {
-        eprintln!("{case}");
-        same_bytes_on_the_wire(configure, customize, denies, true).await;
-    }
+    every_case(TestBackend::redis).await;
+}
+
+#[tokio::test]
+async fn on_the_cluster_the_inner_body_puts_the_same_bytes_on_the_wire() {
+    every_case(TestBackend::cluster).await;
 }
