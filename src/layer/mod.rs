@@ -4,7 +4,9 @@
 //! route template and the cost from the request's head; the [`RateLimiter`] decides; an allowed
 //! request goes on to the inner service and its response gets the rate-limit [`headers`]; a
 //! denied one gets a [`rejection`] (a 429 with an RFC 9457 problem body) without calling the
-//! inner service. [`future`] and [`body`] hold the service's future and response body types;
+//! inner service. [`future`] and [`body`] hold the service's future and response body types,
+//! `body_mode.rs` which body the responses carry (ours, or with
+//! [`inner_body`](RateLimitLayer::inner_body) the inner service's own);
 //! `client_address.rs` holds the builder's settings for requests without a user id (whom to
 //! trust to name the client's address).
 //!
