@@ -440,6 +440,44 @@ async fn the_server_keeps_answering_when_its_redis_dies() {
     assert_eq!(statuses, [200, 200, 200, 429, 429]);
 }
 
+/// README: `GET /rate-limit` answers the caller's usage, or a 503 naming the error while the
+/// store cannot be read; a usage request does not swap the limiter to memory, a check does.
+#[tokio::test]
+async fn the_usage_route_answers_503_while_redis_hangs_and_its_usage_once_it_is_back() {
+    let redis = RedisServer::start();
+    let demo = Demo::start(&[
+        "--user-limit",
+        "3",
+        "--redis",
+        &redis.url(),
+        "--redis-timeout",
+        "300ms",
+    ]);
+    let client = reqwest::Client::new();
+    let get = |path: &str| client.get(demo.url(path)).header("x-user-id", "u").send();
+    assert_eq!(get("/api/v1/items").await.unwrap().status(), StatusCode::OK);
+    redis.pause();
+    for _ in 0..2 {
+        let t = std::time::Instant::now();
+        let response = get("/rate-limit").await.unwrap();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            t.elapsed() < Duration::from_millis(1_300),
+            "{:?}",
+            t.elapsed()
+        );
+        let body = response.text().await.unwrap();
+        assert!(body.contains("usage"), "{body}");
+    }
+    redis.resume();
+    // Still on Redis: the request recorded before the pause is there.
+    let response = get("/rate-limit").await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let usage: serde_json::Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    let items = &usage["resources"]["/api/v1/items"];
+    assert!(items.to_string().contains("\"used\":1"), "{usage}");
+}
+
 #[tokio::test]
 async fn behind_a_trusted_proxy_the_forwarded_client_is_limited() {
     let demo = Demo::start(&["--user-limit", "2", "--trusted-proxy", "127.0.0.0/8"]);
