@@ -73,7 +73,16 @@ fn window_over_100_years_is_refused() {
             .window(),
         MAX_WINDOW
     );
-    assert_eq!(MAX_WINDOW, Duration::from_secs(100 * 365 * 24 * 3600));
+    // 100 years as a duration reads them (365.25 days each): `100y` is accepted, a second more
+    // is not.
+    assert_eq!(MAX_WINDOW, Duration::from_secs(3_155_760_000));
+    assert_eq!(parse_duration("100y").unwrap(), MAX_WINDOW);
+    let written: RateLimitConfig = toml::from_str("window = \"100y\"\nuser_limit = 1").unwrap();
+    assert_eq!(written.window(), MAX_WINDOW);
+    assert_eq!(
+        err(RateLimitConfig::builder().window(parse_duration("100y 1s").unwrap())),
+        ConfigError::WindowTooLarge(MAX_WINDOW + Duration::from_secs(1))
+    );
     for too_long in [
         MAX_WINDOW + Duration::from_nanos(1),
         MAX_WINDOW + Duration::from_secs(1),

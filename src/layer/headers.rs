@@ -145,9 +145,9 @@ mod tests {
         let limit = h[&RATELIMIT].to_str().unwrap();
         assert_eq!(
             policy,
-            "\"user\";q=999999999999999;w=3153600000, \"global\";q=7;w=3153600000"
+            "\"user\";q=999999999999999;w=3155760000, \"global\";q=7;w=3155760000"
         );
-        assert_eq!(limit, "\"user\";r=999999999999999;t=3153600000");
+        assert_eq!(limit, "\"user\";r=999999999999999;t=3155760000");
         for field in [policy, limit] {
             for n in field
                 .split(|c: char| !c.is_ascii_digit())
