@@ -43,13 +43,13 @@ pub(crate) use self::value::{Plan, RateLimitConfig, RouteLimits};
 
 use self::duration::serde_duration;
 
-/// The largest window accepted: 100 years, of 365.25 days as a duration of `100y` reads them
-/// (3,155,760,000 s), so that the longest window one can write is accepted.
+/// The largest window accepted: 100 years of 365.25 days as a duration of `100y` reads them
+/// (36,525 days, 3,155,760,000 s), so that the longest window one can write is accepted.
 ///
 /// Timestamps are kept as microseconds since the UNIX epoch and, on Redis, as sorted-set scores
 /// (IEEE doubles, exact up to 2^53 µs, about the year 2255). A window up to this bound keeps
 /// `now + window` exact for the next century and more.
-pub const MAX_WINDOW: Duration = Duration::from_secs(100 * 36_525 * 24 * 60 * 60 / 100);
+pub const MAX_WINDOW: Duration = Duration::from_secs(36_525 * 24 * 60 * 60);
 
 /// The largest limit accepted: 2^50 (about 1.1 × 10^15 units a window).
 ///
