@@ -6,6 +6,8 @@
 #
 #   benches/count_check.sh                # N=20000
 #   N=50000 benches/count_check.sh
+#   TIERS=1 benches/count_check.sh        # also ours with one tier at a time, and with none:
+#                                         # what a check costs whatever its tiers, what each adds
 #
 # Built in the `instructions` profile (release, one codegen unit: Cargo.toml), as the CI guard
 # (scripts/instructions.sh) is. Needs valgrind (Debian: apt-get install valgrind).
@@ -23,8 +25,10 @@ count() {
   awk '/^summary:/ {print $2}' "$out/cg.out"
 }
 
+modes="ours ours_route governor"
+[ "${TIERS:-0}" = 1 ] && modes="$modes ours_none ours_global ours_user ours_endpoint"
 declare -A per
-for mode in ours ours_route governor; do
+for mode in $modes; do
   a=$(count "$mode" "$n")
   b=$(count "$mode" $((2 * n)))
   per[$mode]=$(((b - a) / n))
@@ -33,3 +37,18 @@ done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 echo "ours / governor:       $(ratio "${per[ours]}" "${per[governor]}")x the instructions"
 echo "ours_route / governor: $(ratio "${per[ours_route]}" "${per[governor]}")x the instructions"
+if [ "${TIERS:-0}" = 1 ]; then
+  # A check as the sum of the limiter's own work (no tier applies: `ours_none`), the store's
+  # work whatever its tiers, and each tier's: with one tier on, the store's work plus that
+  # tier's; with three, the store's once plus all three. So the store's is half of what the
+  # three one-tier checks count beyond the three-tier one.
+  none=${per[ours_none]}
+  g=$((per[ours_global] - none))
+  u=$((per[ours_user] - none))
+  e=$((per[ours_endpoint] - none))
+  all=$((per[ours] - none))
+  store=$(((g + u + e - all) / 2))
+  echo "the limiter's own work (no tier):        $none"
+  echo "the store's own work (whatever the tiers): $store"
+  echo "each tier: user $((u - store)), endpoint $((e - store)), global $((g - store)); governor's check_key: $((per[governor] / 3))"
+fi

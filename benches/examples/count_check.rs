@@ -13,7 +13,10 @@
 //! 1,000 live entries and trims one per check (a real log's steady state); limits never
 //! reached. Governor: `DefaultKeyedRateLimiter<String>` per tier, a quota never reached, on its
 //! default clock. `ours_route` is ours on `/api/v1/items/{id}`, a route whose key part needs
-//! encoding (the limiter keeps it encoded).
+//! encoding (the limiter keeps it encoded). `ours_none`, `ours_global`, `ours_user` and
+//! `ours_endpoint` are ours with only that tier on (`none`: every limit 0, so that no tier
+//! applies): what a check costs whatever its tiers, and what each tier adds
+//! (`TIERS=1 benches/count_check.sh`).
 use std::future::Future;
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -33,12 +36,20 @@ fn ready<F: Future>(f: F) -> F::Output {
     }
 }
 
+/// A limit never reached.
+const HUGE: u64 = 1 << 40;
+
 fn ours(route: &str, n: u64) -> u64 {
+    ours_with([HUGE; 3], route, n)
+}
+
+/// Ours with these user, endpoint and global limits (0: the tier is off).
+fn ours_with([user, endpoint, global]: [u64; 3], route: &str, n: u64) -> u64 {
     let config = RateLimitConfig::builder()
         .window(Duration::from_millis(1))
-        .user_limit(1 << 40)
-        .endpoint_limit(1 << 40)
-        .global_limit(1 << 40)
+        .user_limit(user)
+        .endpoint_limit(endpoint)
+        .global_limit(global)
         .build()
         .expect("valid config");
     let clock = ManualClock::at(Duration::from_secs(1_000_000));
@@ -80,9 +91,15 @@ fn main() -> ExitCode {
     let allowed = match mode.as_str() {
         "ours" => ours("/api/v1/items", n),
         "ours_route" => ours("/api/v1/items/{id}", n),
+        "ours_none" => ours_with([0; 3], "/api/v1/items", n),
+        "ours_user" => ours_with([HUGE, 0, 0], "/api/v1/items", n),
+        "ours_endpoint" => ours_with([0, HUGE, 0], "/api/v1/items", n),
+        "ours_global" => ours_with([0, 0, HUGE], "/api/v1/items", n),
         "governor" => governor(n),
         _ => {
-            eprintln!("usage: count_check ours|ours_route|governor N");
+            eprintln!(
+                "usage: count_check ours|ours_route|ours_none|ours_user|ours_endpoint|ours_global|governor N"
+            );
             return ExitCode::from(2);
         }
     };
