@@ -11,7 +11,9 @@
 #
 # (benches/examples/bench_http.rs). wrk loads each from a second process; the modes run interleaved
 # (bare, ours, governor, bare, ...) REPS times, and the table gives each mode's median
-# requests/s and p99 latency, and the ratios ours/bare and ours/governor.
+# requests/s and p99 latency, and the ratios ours/bare and ours/governor: of the medians, and
+# the median (with the lowest and highest) of the rounds' own ratios, which the machine's
+# drift from round to round moves less.
 #
 #   benches/http.sh                       # about 2 minutes with the defaults
 #   DURATION=5s REPS=1 benches/http.sh    # a quick look
@@ -211,11 +213,25 @@ for mode in $MODES; do
     CPU[$mode]=$(col "$mode" 11 | median)
 done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+paired() { # mode a, mode b, column -> "median (lowest-highest)" of the rounds' ratios a / b
+    awk -F, -v a="$1" -v b="$2" -v c="$3" '
+        NR > 1 && $2 == a { x[$3] = $c }
+        NR > 1 && $2 == b { y[$3] = $c }
+        END {
+            for (r in x) if ((r in y) && y[r] > 0) v[++n] = x[r] / y[r]
+            if (n == 0) { print "n/a"; exit }
+            for (i = 2; i <= n; i++) { t = v[i]; for (j = i - 1; j >= 1 && v[j] > t; j--) v[j + 1] = v[j]; v[j + 1] = t }
+            m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+            printf "%.3f (%.2f-%.2f)", m, v[1], v[n]
+        }' "$CSV"
+}
 compare() { # label, mode a, mode b
     echo "- $1: $(ratio "${RPS[$2]}" "${RPS[$3]}") of the throughput," \
         "$(ratio "${P99[$2]}" "${P99[$3]}")x the p99 latency," \
         "$(ratio "${CPU[$2]}" "${CPU[$3]}")x the server CPU per request" \
-        "($(awk -v a="${CPU[$2]}" -v b="${CPU[$3]}" 'BEGIN { printf "%+.2f", a - b }') µs)"
+        "($(awk -v a="${CPU[$2]}" -v b="${CPU[$3]}" 'BEGIN { printf "%+.2f", a - b }') µs);" \
+        "round by round (each round runs every mode once, back to back): throughput" \
+        "$(paired "$2" "$3" 4), p99 $(paired "$2" "$3" 6), server CPU per request $(paired "$2" "$3" 11)"
 }
 
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
