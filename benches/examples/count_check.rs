@@ -103,8 +103,9 @@ fn governor_checks(
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let mode = args.next().unwrap_or_default();
+    let usage = "usage: count_check ours|ours_route|ours_none|ours_user|ours_endpoint|ours_global|governor N";
     let Some(n) = args.next().and_then(|n| n.parse::<u64>().ok()) else {
-        eprintln!("usage: count_check ours|ours_route|governor N");
+        eprintln!("{usage}");
         return ExitCode::from(2);
     };
     let allowed = match mode.as_str() {
@@ -116,9 +117,7 @@ fn main() -> ExitCode {
         "ours_global" => ours_with([0, 0, HUGE], "/api/v1/items", n),
         "governor" => governor(n),
         _ => {
-            eprintln!(
-                "usage: count_check ours|ours_route|ours_none|ours_user|ours_endpoint|ours_global|governor N"
-            );
+            eprintln!("{usage}");
             return ExitCode::from(2);
         }
     };
