@@ -28,7 +28,7 @@ count() {
 }
 
 modes="ours ours_route governor"
-[ "${TIERS:-0}" = 1 ] && modes="$modes ours_none ours_global ours_user ours_endpoint"
+[ "${TIERS:-0}" = 1 ] && modes="$modes ours_none ours_global ours_user ours_endpoint ours_user_endpoint"
 declare -A per
 for mode in $modes; do
   a=$(count "$mode" "$n")
@@ -53,4 +53,8 @@ if [ "${TIERS:-0}" = 1 ]; then
   echo "the limiter's own work (no tier):        $none"
   echo "the store's own work (whatever the tiers): $store"
   echo "each tier: user $((u - store)), endpoint $((e - store)), global $((g - store)); governor's check_key: $((per[governor] / 3))"
+  # Five counts fix the five parts; a sixth tests that they add up (that tiers do not change
+  # each other's cost): user and endpoint alone, against the sum of their parts.
+  echo "user + endpoint: $((per[ours_user_endpoint] - none)) counted, $((store + u - store + e - store)) from the parts"
+  echo "(the limiter's figure holds the harness's loop and its manual clock too: about 30)"
 fi

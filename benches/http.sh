@@ -252,8 +252,8 @@ cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
         printf '| %s | %.0f | %.0f | %.2f | %s |\n' "$mode" "${RPS[$mode]}" "${P99[$mode]}" \
             "${CPU[$mode]}" "$runs_list"
     done
+    if [ -n "${RPS[ours]:-}" ] || [ -n "${RPS[inner]:-}" ]; then echo; fi
     if [ -n "${RPS[ours]:-}" ]; then
-        echo
         if [ -n "${RPS[bare]:-}" ]; then compare "ours / bare" ours bare; fi
         if [ -n "${RPS[headers]:-}" ]; then compare "ours / headers" ours headers; fi
         if [ -n "${RPS[governor]:-}" ]; then compare "ours / governor" ours governor; fi

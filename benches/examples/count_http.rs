@@ -2,13 +2,14 @@
 //! five servers (`bare`, `headers`, `ours`, `inner`, `governor`), called in process (no
 //! socket, no runtime: every future here is ready at once), for `valgrind --tool=callgrind` to
 //! count.
-//! `benches/count_http.sh` runs each mode with N and 2N requests and divides the difference by
-//! N, so that start-up cancels out: the instructions one request costs in user space, without
-//! the kernel's TCP work that wrk's figures also hold.
+//! `benches/count_http.sh` counts only the requests' loop (`requests`), not the set-up, and
+//! runs each mode with N and 2N requests and divides the difference by N: the instructions one
+//! request costs in user space, without the kernel's TCP work that wrk's figures also hold.
 //!
 //! ```text
 //! cargo build --release -p tiered-ratelimit-benches --example count_http
-//! valgrind --tool=callgrind target/release/examples/count_http ours 20000
+//! valgrind --tool=callgrind --toggle-collect='count_http::requests' \
+//!   target/release/examples/count_http ours 20000
 //! ```
 //!
 //! Each request is `GET /` with `x-user-id: alice`, through the router finished once with

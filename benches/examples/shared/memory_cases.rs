@@ -139,8 +139,12 @@ impl Setup {
             ids,
             keys,
         };
+        // Each side's users in a loop of its own, so that neither side's allocations sit
+        // between the other's.
         for id in &setup.ids {
             ready(setup.ours.check(id, &setup.keys[1]));
+        }
+        for id in &setup.ids {
             setup.governor.check(id, &setup.keys[1], &setup.keys[2]);
         }
         setup
