@@ -213,17 +213,18 @@ for mode in $MODES; do
     CPU[$mode]=$(col "$mode" 11 | median)
 done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
-paired() { # mode a, mode b, column -> "median (lowest-highest)" of the rounds' ratios a / b
+ratios() { # mode a, mode b, column -> the rounds' own ratios a / b, one a line
     awk -F, -v a="$1" -v b="$2" -v c="$3" '
         NR > 1 && $2 == a { x[$3] = $c }
         NR > 1 && $2 == b { y[$3] = $c }
-        END {
-            for (r in x) if ((r in y) && y[r] > 0) v[++n] = x[r] / y[r]
-            if (n == 0) { print "n/a"; exit }
-            for (i = 2; i <= n; i++) { t = v[i]; for (j = i - 1; j >= 1 && v[j] > t; j--) v[j + 1] = v[j]; v[j + 1] = t }
-            m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-            printf "%.3f (%.2f-%.2f)", m, v[1], v[n]
-        }' "$CSV"
+        END { for (r in x) if ((r in y) && y[r] > 0) print x[r] / y[r] }' "$CSV"
+}
+paired() { # mode a, mode b, column -> "median (lowest-highest)" of the rounds' ratios a / b
+    local r
+    r=$(ratios "$1" "$2" "$3")
+    if [ -z "$r" ]; then echo "n/a"; return; fi
+    printf '%.3f (%.2f-%.2f)' "$(median <<<"$r")" "$(sort -g <<<"$r" | head -1)" \
+        "$(sort -g <<<"$r" | tail -1)"
 }
 compare() { # label, mode a, mode b
     echo "- $1: $(ratio "${RPS[$2]}" "${RPS[$3]}") of the throughput," \

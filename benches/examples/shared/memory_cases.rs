@@ -157,44 +157,41 @@ impl Setup {
 
     /// How long `iters` checks of ours take (split over the case's threads).
     pub fn ours(&self, iters: u64) -> Duration {
-        let [user, route, _] = &self.keys;
-        match self.case {
-            Case::HotKeys => timed(|| {
-                for _ in 0..iters {
-                    black_box(ready(self.ours.check(black_box(user), black_box(route))).allowed());
-                }
-            }),
-            Case::SameKeys => on_threads(2, iters, |_, n| {
-                for _ in 0..n {
-                    black_box(ready(self.ours.check(user, route)).allowed());
-                }
-            }),
-            Case::Users { threads } => on_threads(threads, iters, |t, n| {
-                for i in 0..n {
-                    black_box(ready(self.ours.check(self.user(t, i), route)).allowed());
-                }
-            }),
-        }
+        self.run(iters, |user, route, _| {
+            ready(self.ours.check(user, route)).allowed()
+        })
     }
 
     /// How long `iters` checks of governor's take (split over the case's threads).
     pub fn governor(&self, iters: u64) -> Duration {
+        self.run(iters, |user, route, global| {
+            self.governor.check(user, route, global)
+        })
+    }
+
+    /// How long `iters` calls of `check(user, route, global)` take, on the case's threads and
+    /// users (on hot keys, the keys pass through `black_box`, so that nothing is hoisted out of
+    /// the loop).
+    fn run(
+        &self,
+        iters: u64,
+        check: impl Fn(&String, &String, &String) -> bool + Sync,
+    ) -> Duration {
         let [user, route, global] = &self.keys;
-        let gov = &self.governor;
         match self.case {
             Case::HotKeys => timed(|| {
                 for _ in 0..iters {
-                    black_box(gov.check(black_box(user), black_box(route), black_box(global)));
+                    black_box(check(black_box(user), black_box(route), black_box(global)));
                 }
             }),
             Case::SameKeys => on_threads(2, iters, |_, n| {
                 for _ in 0..n {
-                    black_box(gov.check(user, route, global));
+                    black_box(check(user, route, global));
                 }
             }),
             Case::Users { threads } => on_threads(threads, iters, |t, n| {
                 for i in 0..n {
-                    black_box(gov.check(self.user(t, i), route, global));
+                    black_box(check(self.user(t, i), route, global));
                 }
             }),
         }
