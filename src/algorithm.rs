@@ -14,8 +14,6 @@
 //!   binding tier is the first with that capacity, and it gains capacity again when its oldest entry (or
 //!   this request's, in an empty log) leaves the window.
 
-use std::time::Duration;
-
 /// What one tier's log holds at the moment of the check, after trimming.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TierFacts {
@@ -36,8 +34,8 @@ pub(crate) enum Verdict {
     Denied {
         /// The first enforced tier without room.
         index: usize,
-        /// How long until it has room for this request.
-        retry_after: Duration,
+        /// How long until it has room for this request (µs, at least 1).
+        retry_after_us: u64,
     },
     /// Recorded in every tier where `records` says.
     Admitted {
@@ -47,10 +45,10 @@ pub(crate) enum Verdict {
         remaining: u64,
         /// The first tier with that capacity.
         binding: usize,
-        /// When the binding tier next gains capacity.
-        resets_in: Duration,
-        /// The first full shadow tier, and the wait enforcing it would have given.
-        shadow_denied: Option<(usize, Duration)>,
+        /// When the binding tier next gains capacity (µs).
+        resets_in_us: u64,
+        /// The first full shadow tier, and the wait (µs) enforcing it would have given.
+        shadow_denied: Option<(usize, u64)>,
     },
 }
 
@@ -88,11 +86,11 @@ pub(crate) fn decide(
                 let entry = expiry_of(i, t.count + cost - t.limit).unwrap_or(now);
                 until_gone(entry, window, now)
             };
-            let retry_after = Duration::from_micros(wait.max(1));
+            let retry_after = wait.max(1);
             if !t.shadow {
                 return Verdict::Denied {
                     index: i,
-                    retry_after,
+                    retry_after_us: retry_after,
                 };
             }
             shadow_denied = shadow_denied.or(Some((i, retry_after)));
@@ -113,14 +111,14 @@ pub(crate) fn decide(
         Some((i, retry_after)) if i == binding => retry_after,
         _ => {
             let oldest = tiers.get(binding).and_then(|t| t.oldest).unwrap_or(now);
-            Duration::from_micros(until_gone(oldest, window, now))
+            until_gone(oldest, window, now)
         }
     };
     Verdict::Admitted {
         records,
         remaining,
         binding,
-        resets_in,
+        resets_in_us: resets_in,
         shadow_denied,
     }
 }
@@ -164,7 +162,7 @@ mod tests {
                 records: [true, true, true],
                 remaining: 2,
                 binding: 0,
-                resets_in: Duration::from_micros(W + 1 - 10),
+                resets_in_us: W + 1 - 10,
                 shadow_denied: None,
             }
         );
@@ -192,7 +190,7 @@ mod tests {
             v,
             Verdict::Denied {
                 index: 1,
-                retry_after: Duration::from_micros(W + 1 - 5_000_000),
+                retry_after_us: W + 1 - 5_000_000,
             }
         );
     }
@@ -205,7 +203,7 @@ mod tests {
             v,
             Verdict::Denied {
                 index: 0,
-                retry_after: Duration::from_micros(W),
+                retry_after_us: W,
             }
         );
         assert_eq!(until_gone(now - W, W, now), 1);
@@ -220,14 +218,14 @@ mod tests {
             ..tier(1, 1, Some(now - 7))
         };
         let v = decide(&[shadow, tier(5, 0, None)], now, W, 1, |_, _| Some(now - 7));
-        let wait = Duration::from_micros(W + 1 - 7);
+        let wait = W + 1 - 7;
         assert_eq!(
             v,
             Verdict::Admitted {
                 records: [false, true, false],
                 remaining: 0,
                 binding: 0,
-                resets_in: wait,
+                resets_in_us: wait,
                 shadow_denied: Some((0, wait)),
             }
         );

@@ -203,6 +203,16 @@ pub(crate) fn saturating_micros(d: Duration) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
+/// `d` in whole µs, rounded up (so that no wait is ever told shorter than it is), saturating.
+#[inline]
+pub(crate) fn micros_up(d: Duration) -> u64 {
+    let nanos = d.subsec_nanos();
+    d.as_secs()
+        .checked_mul(1_000_000)
+        .and_then(|us| us.checked_add(u64::from(nanos.div_ceil(1_000))))
+        .unwrap_or(u64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::ser::SerializeStruct;
 use serde::{Serialize, Serializer};
 
+use crate::store::Answer;
 use crate::tier::Tier;
 
 /// The outcome of one check.
@@ -49,8 +50,6 @@ pub struct Decision {
     pub(crate) window: Duration,
     /// The request's cost.
     cost: u64,
-    /// The blocking tier's limit when the cost is above it (limits are never 0: 0 is none).
-    cost_limit: u64,
     allowed: bool,
     blocked_by: Option<Tier>,
     shadow_blocked_by: Option<Tier>,
@@ -58,16 +57,6 @@ pub struct Decision {
     binding: Option<Tier>,
     /// Denied by an operator's block, not by a full window.
     by_block: bool,
-}
-
-/// `d` in whole µs, rounded up (so that no wait is ever told shorter than it is), saturating.
-#[inline]
-fn micros_up(d: Duration) -> u64 {
-    let nanos = d.subsec_nanos();
-    d.as_secs()
-        .checked_mul(1_000_000)
-        .and_then(|us| us.checked_add(u64::from(nanos.div_ceil(1_000))))
-        .unwrap_or(u64::MAX)
 }
 
 impl Decision {
@@ -81,7 +70,6 @@ impl Decision {
             limits: [0; 3],
             window: Duration::ZERO,
             cost: 1,
-            cost_limit: 0,
             allowed: true,
             blocked_by: None,
             shadow_blocked_by: None,
@@ -90,12 +78,39 @@ impl Decision {
         }
     }
 
-    /// Allowed, `remaining` left in the `binding` tier, which gains capacity after `resets_in`.
+    /// The decision a store's answer gives (before the tiers, the window and the cost are
+    /// set).
     #[inline]
-    pub(crate) fn admit(remaining: u64, binding: Tier, resets_in: Duration) -> Self {
+    pub(crate) fn of_answer(answer: Answer) -> Self {
+        match answer {
+            Answer::Admitted {
+                remaining,
+                binding,
+                resets_in_us,
+                shadow_denied: None,
+            } => Self::admit(remaining, binding, resets_in_us),
+            Answer::Admitted {
+                shadow_denied: Some((tier, wait_us)),
+                ..
+            } => Self::shadow_deny(tier, wait_us),
+            Answer::Denied {
+                tier,
+                retry_after_us,
+            } => Self::deny(tier, retry_after_us),
+            Answer::Blocked {
+                tier,
+                retry_after_us,
+            } => Self::block(tier, retry_after_us),
+        }
+    }
+
+    /// Allowed, `remaining` left in the `binding` tier, which gains capacity after
+    /// `resets_in_us`.
+    #[inline]
+    pub(crate) fn admit(remaining: u64, binding: Tier, resets_in_us: u64) -> Self {
         Self {
             binding: Some(binding),
-            resets_in_us: micros_up(resets_in),
+            resets_in_us,
             ..Self::base(remaining)
         }
     }
@@ -115,31 +130,32 @@ impl Decision {
         }
     }
 
+    /// Denied by `tier`, which has room after `retry_after_us`.
     #[inline]
-    pub(crate) fn deny(tier: Tier, retry_after: Duration) -> Self {
+    pub(crate) fn deny(tier: Tier, retry_after_us: u64) -> Self {
         Self {
             allowed: false,
             blocked_by: Some(tier),
             shadow_blocked_by: None,
-            ..Self::shadow_deny(tier, retry_after)
+            ..Self::shadow_deny(tier, retry_after_us)
         }
     }
 
-    /// Denied by an operator's block on `tier`, which ends after `retry_after`.
+    /// Denied by an operator's block on `tier`, which ends after `retry_after_us`.
     #[inline]
-    pub(crate) fn block(tier: Tier, retry_after: Duration) -> Self {
+    pub(crate) fn block(tier: Tier, retry_after_us: u64) -> Self {
         Self {
             by_block: true,
-            ..Self::deny(tier, retry_after)
+            ..Self::deny(tier, retry_after_us)
         }
     }
 
     /// Allowed only because `tier` is in shadow mode: the headers say what enforcing it would
     /// have said (`X-RateLimit-Remaining: 0`, `Retry-After: n`).
     #[inline]
-    pub(crate) fn shadow_deny(tier: Tier, retry_after: Duration) -> Self {
+    pub(crate) fn shadow_deny(tier: Tier, retry_after_us: u64) -> Self {
         // At least 1 µs (so `Retry-After` at least 1), whatever a custom store answered.
-        let wait = micros_up(retry_after).max(1);
+        let wait = retry_after_us.max(1);
         Self {
             remaining: 0,
             retry_after_us: wait,
@@ -150,22 +166,11 @@ impl Decision {
         }
     }
 
-    /// Sets the request's cost; when the blocking tier's limit is below it, that is the reason.
-    /// In place: a decision is large to move.
+    /// Sets the request's cost (a denial's reason is then a cost above the blocking tier's
+    /// limit when it is: see [`cost_limit`](Self::cost_limit)).
     #[inline]
     pub(crate) fn set_cost(&mut self, cost: u64) {
         self.cost = cost;
-        self.cost_limit = match self.blocked_by {
-            Some(tier) if !self.by_block => {
-                let limit = self.limits[tier as usize];
-                if limit < cost {
-                    limit
-                } else {
-                    0
-                }
-            }
-            _ => 0,
-        };
     }
 
     /// Sets the tiers that applied, with their limits, and the window.
@@ -255,7 +260,7 @@ impl Decision {
     /// window).
     #[inline]
     pub fn cost_exceeds_limit(&self) -> bool {
-        self.cost_limit != 0
+        self.cost_limit().is_some()
     }
 
     /// The units the request spent (or would have): 1 unless checked with a cost.
@@ -309,7 +314,13 @@ impl Decision {
     /// [`cost_exceeds_limit`](Self::cost_exceeds_limit)).
     #[inline]
     pub fn cost_limit(&self) -> Option<u64> {
-        Some(self.cost_limit).filter(|&limit| limit != 0)
+        // Derived, not kept: a decision is made and moved on every request.
+        match self.blocked_by {
+            Some(tier) if !self.by_block => {
+                Some(self.limits[tier as usize]).filter(|&limit| limit != 0 && limit < self.cost)
+            }
+            _ => None,
+        }
     }
 }
 
@@ -335,15 +346,29 @@ impl Serialize for Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::StoreOutcome;
+
+    /// The decision on a store's denial by the user tier after `wait`, as a custom store's
+    /// answer reaches it.
+    fn denied(wait: Duration) -> Decision {
+        Decision::of_answer(Answer::of_outcome(StoreOutcome::denied(Tier::User, wait)))
+    }
+
+    /// The decision on a store's admission, the `binding` tier gaining capacity after `resets_in`.
+    fn admitted(remaining: u64, binding: Tier, resets_in: Duration) -> Decision {
+        Decision::of_answer(Answer::of_outcome(StoreOutcome::admitted(
+            remaining, binding, resets_in,
+        )))
+    }
 
     #[test]
     fn retry_after_secs_round_up_and_are_at_least_one_on_a_denial() {
-        let d = Decision::deny(Tier::User, Duration::from_millis(1500));
+        let d = denied(Duration::from_millis(1500));
         assert_eq!(d.retry_after_secs(), 2);
-        let d = Decision::deny(Tier::User, Duration::from_micros(1));
+        let d = denied(Duration::from_micros(1));
         assert_eq!(d.retry_after_secs(), 1);
         assert_eq!(
-            Decision::admit(7, Tier::User, Duration::ZERO).retry_after_secs(),
+            admitted(7, Tier::User, Duration::ZERO).retry_after_secs(),
             0
         );
     }
@@ -352,23 +377,23 @@ mod tests {
     /// a wait (or its whole seconds) shorter than the truth.
     #[test]
     fn a_wait_is_kept_in_microseconds_rounded_up() {
-        let d = Decision::deny(Tier::User, Duration::new(1, 500));
+        let d = denied(Duration::new(1, 500));
         assert_eq!(d.retry_after(), Duration::from_micros(1_000_001));
         assert_eq!(d.retry_after_secs(), 2);
-        let d = Decision::deny(Tier::User, Duration::from_nanos(1));
+        let d = denied(Duration::from_nanos(1));
         assert_eq!(
             (d.retry_after(), d.retry_after_secs()),
             (Duration::from_micros(1), 1)
         );
-        let d = Decision::deny(Tier::User, Duration::MAX);
+        let d = denied(Duration::MAX);
         assert_eq!(d.retry_after(), Duration::from_micros(u64::MAX));
-        let a = Decision::admit(0, Tier::Global, Duration::from_nanos(1_001));
+        let a = admitted(0, Tier::Global, Duration::from_nanos(1_001));
         assert_eq!(a.binding(), Some((Tier::Global, Duration::from_micros(2))));
     }
 
     #[test]
     fn limits_are_reported_per_tier() {
-        let mut d = Decision::admit(3, Tier::User, Duration::ZERO);
+        let mut d = admitted(3, Tier::User, Duration::ZERO);
         d.set_tiers(
             [(Tier::User, 5), (Tier::Global, 100)],
             Duration::from_secs(60),

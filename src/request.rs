@@ -211,6 +211,13 @@ impl<'a> Keys<'a> {
         }
     }
 
+    /// Each tier's limit for this request, by tier (0: the tier does not apply): the tiers
+    /// [`store_request`](Self::store_request) names.
+    #[inline]
+    pub(crate) fn limits(&self) -> [u64; 3] {
+        self.limits
+    }
+
     /// The same keys, owning their text (for a check that waits in a `'static` future).
     pub(crate) fn into_owned(self) -> Keys<'static> {
         Keys {

@@ -1,6 +1,7 @@
 //! A user's own `Store` through the one seam: the limiter holds it as it holds its own stores,
 //! takes its synchronous fast path when it offers one, and tells `on_backend_change` listeners
-//! about its switches even when the store does not call them itself.
+//! about its switches even when the store does not call them itself; and the memory store
+//! decides the same through that seam as through the limiter's own path to it.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -183,4 +184,149 @@ async fn a_denial_with_no_wait_from_a_custom_store_still_says_retry_after_one() 
         let ratelimit = headers["ratelimit"].to_str().unwrap();
         assert!(ratelimit.ends_with(";t=1"), "{ratelimit}");
     }
+}
+
+/// Every call to the memory store underneath, through the `Store` trait (answers as
+/// `StoreOutcome`s, waits as `Duration`s); `fast_path`: offers `check_now`, else is awaited.
+#[derive(Clone)]
+struct Through {
+    memory: MemoryStore,
+    fast_path: bool,
+}
+
+impl Store for Through {
+    fn check(
+        &self,
+        request: &StoreRequest<'_>,
+    ) -> impl Future<Output = Result<StoreOutcome, StoreError>> + Send {
+        Store::check(&self.memory, request)
+    }
+
+    fn check_now(&self, request: &StoreRequest<'_>) -> Option<Result<StoreOutcome, StoreError>> {
+        if self.fast_path {
+            Store::check_now(&self.memory, request)
+        } else {
+            None
+        }
+    }
+
+    fn reset(&self, tier: Tier, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
+        Store::reset(&self.memory, tier, id)
+    }
+
+    fn block(
+        &self,
+        tier: Tier,
+        id: &str,
+        now: Duration,
+        duration: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        Store::block(&self.memory, tier, id, now, duration)
+    }
+
+    fn unblock(&self, tier: Tier, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
+        Store::unblock(&self.memory, tier, id)
+    }
+
+    fn backend(&self) -> Backend {
+        Backend::Custom
+    }
+}
+
+/// The limiter takes the memory store's answers as the store makes them (in whole µs), and a
+/// custom store's through the `Store` trait (`StoreOutcome`, `Duration`): both must give the
+/// same decision, field by field. Three limiters, one on the memory store itself and two on a
+/// memory store behind the trait (its fast path, and awaited), run one seeded random sequence:
+/// mixed costs, a shadow tier, a route with limits of its own, blocks, resets, and clock steps
+/// at the window's edges and in fractions of a microsecond.
+#[tokio::test]
+async fn the_memory_store_decides_the_same_directly_and_through_the_store_trait() {
+    let window = Duration::from_millis(50);
+    let config = RateLimitConfig::builder()
+        .window(window)
+        .user_limit(5)
+        .endpoint_limit(3)
+        .global_limit(30)
+        .shadow_tier(Tier::Endpoint)
+        .route(
+            "/big",
+            tiered_ratelimit::RouteLimits {
+                user_limit: Some(3),
+                endpoint_limit: Some(2),
+            },
+        )
+        .build()
+        .unwrap();
+    let clock = ManualClock::at(Duration::from_secs(1_000));
+    let limiter = |store: Option<Through>| {
+        let builder = RateLimiter::builder(config.clone()).clock(clock.clone());
+        match store {
+            Some(store) => builder.store(store),
+            None => builder.memory_store(MemoryStore::new()),
+        }
+        .build()
+    };
+    let limiters = [
+        limiter(None),
+        limiter(Some(Through {
+            memory: MemoryStore::new(),
+            fast_path: true,
+        })),
+        limiter(Some(Through {
+            memory: MemoryStore::new(),
+            fast_path: false,
+        })),
+    ];
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = |n: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % n
+    };
+    let (users, routes) = (["alice", "bob", "carol"], ["/a", "/b", "/big"]);
+    let (mut denied, mut shadow, mut blocked) = (0, 0, 0);
+    for step in 0..4_000 {
+        match next(20) {
+            0 | 4 | 5 => {
+                let us = window.as_micros() as u64;
+                let by = [1, us - 1, us, us + 1, next(us)][next(5) as usize];
+                clock.advance(Duration::from_micros(by));
+            }
+            1 => clock.advance(Duration::from_nanos(next(2_000))),
+            2 if next(4) == 0 => {
+                let user = users[next(3) as usize];
+                let target = tiered_ratelimit::BlockTarget::User(user);
+                let how_long = Duration::from_micros(1 + next(40_000));
+                for l in &limiters {
+                    l.block(target, how_long).await.unwrap();
+                }
+            }
+            3 if next(8) == 0 => {
+                let user = users[next(3) as usize];
+                for l in &limiters {
+                    l.reset_user(user).await.unwrap();
+                }
+            }
+            _ => {
+                let (user, route) = (users[next(3) as usize], routes[next(3) as usize]);
+                let cost = [1, 1, 1, 2, 3, 7][next(6) as usize];
+                let mut decisions = Vec::new();
+                for l in &limiters {
+                    decisions.push(l.check_n(user, route, cost).await);
+                }
+                let d = &decisions[0];
+                assert_eq!(d, &decisions[1], "step {step}: the trait's fast path");
+                assert_eq!(d, &decisions[2], "step {step}: the awaited path");
+                denied += u32::from(!d.allowed());
+                shadow += u32::from(d.shadow_blocked_by().is_some());
+                blocked += u32::from(d.by_block());
+            }
+        }
+    }
+    // The sequence reached every kind of answer.
+    assert!(
+        denied > 100 && shadow > 20 && blocked > 20,
+        "{denied} {shadow} {blocked}"
+    );
 }

@@ -138,7 +138,7 @@ mod tests {
     fn ietf_integers_stay_within_fifteen_digits() {
         let max = crate::config::MAX_LIMIT;
         let window = crate::config::MAX_WINDOW;
-        let mut d = Decision::admit(max - 1, Tier::User, window);
+        let mut d = Decision::admit(max - 1, Tier::User, crate::clock::micros_up(window));
         d.set_tiers([(Tier::User, max), (Tier::Global, 7)], window);
         let h = to_header_map(&d, HeaderStyle::Ietf);
         let policy = h[&RATELIMIT_POLICY].to_str().unwrap();
@@ -168,14 +168,14 @@ mod tests {
             d.set_tiers([(Tier::User, 5)], window);
             d
         };
-        let d = limited(Decision::deny(Tier::User, Duration::from_millis(1500)));
+        let d = limited(Decision::deny(Tier::User, 1_500_000));
         let h = to_header_map(&d, HeaderStyle::Legacy);
         assert_eq!(h[&X_RATELIMIT_REMAINING], "0");
         assert_eq!(h[RETRY_AFTER], "2");
-        let d = limited(Decision::deny(Tier::User, Duration::from_micros(1)));
+        let d = limited(Decision::deny(Tier::User, 1));
         assert_eq!(to_header_map(&d, HeaderStyle::Legacy)[RETRY_AFTER], "1");
         let a = to_header_map(
-            &limited(Decision::admit(7, Tier::User, Duration::ZERO)),
+            &limited(Decision::admit(7, Tier::User, 0)),
             HeaderStyle::Legacy,
         );
         assert_eq!(a[RETRY_AFTER], "0");

@@ -1,5 +1,6 @@
 //! [`RateLimiterBuilder`]: a limiter with a chosen clock, store, listener or plan resolver.
 
+use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,6 +51,8 @@ pub struct RateLimiterBuilder {
     /// `None`: the [`SystemClock`].
     clock: Option<Arc<dyn Clock>>,
     store: Option<Box<dyn DynStore>>,
+    /// The store again when it is the memory store (see `LimiterParts::memory`).
+    memory: Option<MemoryStore>,
     listener: Option<BackendListener>,
     plans: Option<PlanResolver>,
 }
@@ -68,6 +71,7 @@ impl RateLimiterBuilder {
             config,
             clock: None,
             store: None,
+            memory: None,
             listener: None,
             plans: None,
         }
@@ -80,9 +84,8 @@ impl RateLimiterBuilder {
     }
 
     /// Use this in-memory store (to share one between limiters, or inspect it in tests).
-    pub fn memory_store(mut self, store: MemoryStore) -> Self {
-        self.store = Some(Box::new(store));
-        self
+    pub fn memory_store(self, store: MemoryStore) -> Self {
+        self.store(store)
     }
 
     /// Call `listener` with the new backend whenever the limiter switches: to memory on a Redis
@@ -114,6 +117,7 @@ impl RateLimiterBuilder {
 
     /// Use your own [`Store`].
     pub fn store(mut self, store: impl Store) -> Self {
+        self.memory = (&store as &dyn Any).downcast_ref::<MemoryStore>().cloned();
         self.store = Some(Box::new(store));
         self
     }
@@ -128,7 +132,10 @@ impl RateLimiterBuilder {
 
     /// Builds the limiter.
     pub fn build(self) -> RateLimiter {
-        let store = self.store.unwrap_or_else(|| default_store(&self.config));
+        let (store, memory) = match self.store {
+            Some(store) => (store, self.memory),
+            None => default_store(&self.config),
+        };
         let watcher = self.listener.and_then(|listener| {
             if store.set_backend_listener(listener.clone()) {
                 None
@@ -151,6 +158,7 @@ impl RateLimiterBuilder {
                     Arc::new(SystemClock)
                 }),
                 store,
+                memory,
                 route_keys: Default::default(),
                 watcher,
             }),
@@ -158,14 +166,14 @@ impl RateLimiterBuilder {
     }
 }
 
-fn default_store(config: &RateLimitConfig) -> Box<dyn DynStore> {
+/// The store a configuration names, and the same again when it is the memory store.
+fn default_store(config: &RateLimitConfig) -> (Box<dyn DynStore>, Option<MemoryStore>) {
     #[cfg(feature = "redis")]
     if let Some(redis) = config.redis() {
-        return Box::new(crate::store::FallbackStore::new(
-            config.key_prefix(),
-            redis,
-            config.max_tracked_keys(),
-        ));
+        let fallback =
+            crate::store::FallbackStore::new(config.key_prefix(), redis, config.max_tracked_keys());
+        return (Box::new(fallback), None);
     }
-    Box::new(MemoryStore::with_max_keys(config.max_tracked_keys()))
+    let memory = MemoryStore::with_max_keys(config.max_tracked_keys());
+    (Box::new(memory.clone()), Some(memory))
 }

@@ -14,33 +14,20 @@ use crate::decision::Decision;
 use crate::header_style::HeaderStyle;
 use crate::observe;
 use crate::request::{CheckRequest, Keys, UserKey, NO_TIER};
-use crate::store::{StoreError, StoreOutcome, StoreRequest};
+use crate::store::{Answer, StoreError, StoreRequest};
 
-/// The decision for a store's answer to `req`, with the tiers that applied and its cost; a
-/// failing store lets the request through (and is counted under `backend`'s label).
+/// The decision for a store's answer to `req`, with the tiers that applied (`limits`, by
+/// tier: the request's keys') and its cost; a failing store lets the request through (and is
+/// counted under `backend`'s label).
 #[inline]
 fn conclude(
-    outcome: Result<StoreOutcome, StoreError>,
+    answer: Result<Answer, StoreError>,
     backend: impl FnOnce() -> &'static str,
     req: &StoreRequest<'_>,
+    limits: [u64; 3],
 ) -> Decision {
-    let mut limits = [0; 3];
-    for t in req.tiers {
-        limits[t.tier as usize] = t.limit;
-    }
-    let mut decision = match outcome {
-        Ok(StoreOutcome::Admitted {
-            remaining,
-            binding,
-            resets_in,
-            shadow_denied: None,
-        }) => Decision::admit(remaining, binding, resets_in),
-        Ok(StoreOutcome::Admitted {
-            shadow_denied: Some((tier, retry_after)),
-            ..
-        }) => Decision::shadow_deny(tier, retry_after),
-        Ok(StoreOutcome::Denied { tier, retry_after }) => Decision::deny(tier, retry_after),
-        Ok(StoreOutcome::Blocked { tier, retry_after }) => Decision::block(tier, retry_after),
+    let mut decision = match answer {
+        Ok(answer) => Decision::of_answer(answer),
         Err(error) => store_failed(&error, backend()),
     };
     decision.limits = limits;
@@ -171,8 +158,13 @@ impl RateLimiter {
         let keys = Keys::with_route_key(&hot, request, None, |r| route_keys.key_of(r, &mut held));
         let mut tiers = [NO_TIER; 3];
         let decision = match keys.store_request(now, &hot, &mut tiers) {
-            Some(req) => match self.inner.store.check_now(&req) {
-                Some(outcome) => conclude(outcome, || self.inner.store.backend().label(), &req),
+            Some(req) => match self.answer_now(&req) {
+                Some(answer) => conclude(
+                    answer,
+                    || self.inner.store.backend().label(),
+                    &req,
+                    keys.limits(),
+                ),
                 None => return self.try_now_loaded(request),
             },
             None => Decision::unlimited(request.cost),
@@ -194,8 +186,13 @@ impl RateLimiter {
         let keys = Keys::with_route_key(config, request, plan, |r| route_keys.key_of(r, &mut held));
         let mut tiers = [NO_TIER; 3];
         let decision = match keys.store_request(now, config, &mut tiers) {
-            Some(req) => match self.inner.store.check_now(&req) {
-                Some(outcome) => conclude(outcome, || self.inner.store.backend().label(), &req),
+            Some(req) => match self.answer_now(&req) {
+                Some(answer) => conclude(
+                    answer,
+                    || self.inner.store.backend().label(),
+                    &req,
+                    keys.limits(),
+                ),
                 None => {
                     let live = arc_swap::Guard::into_inner(live);
                     return (Err((live, now, keys.into_owned())), style);
@@ -205,6 +202,16 @@ impl RateLimiter {
         };
         observe::record(&decision);
         (Ok(decision), style)
+    }
+
+    /// The store's answer to `req` now, if it gives one without waiting: the memory store's
+    /// as it makes it, any other's through [`Store::check_now`](crate::store::Store::check_now).
+    #[inline]
+    fn answer_now(&self, req: &StoreRequest<'_>) -> Option<Result<Answer, StoreError>> {
+        match &self.inner.memory {
+            Some(memory) => Some(memory.answer(req)),
+            None => Some(self.inner.store.check_now(req)?.map(Answer::of_outcome)),
+        }
     }
 
     /// The waiting path: the store's `check`, for keys [`try_now`](Self::try_now) worked out
@@ -221,9 +228,10 @@ impl RateLimiter {
         let started = std::time::Instant::now();
         let backend = self.inner.store.backend().label();
         let outcome = self.inner.store.check(&store_request).await;
+        let answer = outcome.map(Answer::of_outcome);
         observe::store_duration(backend, started.elapsed().as_secs_f64());
         self.inner.watch_backend();
-        let decision = conclude(outcome, || backend, &store_request);
+        let decision = conclude(answer, || backend, &store_request, keys.limits());
         observe::record(&decision);
         decision
     }

@@ -10,7 +10,7 @@ use crate::config::{Hot, RateLimitConfig};
 use crate::connect_error::ConnectError;
 use crate::key::encode_id;
 use crate::route_keys::RouteKeys;
-use crate::store::{Backend, BackendListener, DynStore, StoreError};
+use crate::store::{Backend, BackendListener, DynStore, MemoryStore, StoreError};
 use crate::tier::Tier;
 
 mod acquire;
@@ -36,6 +36,9 @@ struct LimiterParts {
     /// Every store the same way, through the one seam: memory answers through
     /// [`Store::check_now`](crate::store::Store::check_now) (no future, no allocation), the others through a boxed `check`.
     store: Box<dyn DynStore>,
+    /// The same store when it is the memory store: a check then takes its answer as the
+    /// store makes it ([`MemoryStore::answer`]: no dynamic call, no conversion).
+    memory: Option<MemoryStore>,
     /// What a check reads of a configuration without route overrides or plans, published
     /// beside `live` (see [`Hot`]).
     hot: Hot,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 
 use super::{
-    Backend, BackendListener, MemoryStore, RedisStore, Store, StoreError, StoreOutcome,
+    Answer, Backend, BackendListener, MemoryStore, RedisStore, Store, StoreError, StoreOutcome,
     StoreRequest, TierUsage,
 };
 use crate::config::RedisConfig;
@@ -131,7 +131,7 @@ impl FallbackStore {
             }
         }
         match &*active {
-            Active::Memory(memory, _) => memory.check_sync(request),
+            Active::Memory(memory, _) => memory.answer(request).map(Answer::outcome),
             // Recovered between our failure and this load: that store never failed us.
             Active::Redis(redis) => Store::check(redis, request).await,
         }
@@ -227,7 +227,7 @@ impl Store for FallbackStore {
     #[inline]
     fn check_now(&self, request: &StoreRequest<'_>) -> Option<Result<StoreOutcome, StoreError>> {
         match &**self.active.load() {
-            Active::Memory(memory, _) => Some(memory.check_sync(request)),
+            Active::Memory(memory, _) => Some(memory.answer(request).map(Answer::outcome)),
             Active::Redis(_) => None,
         }
     }

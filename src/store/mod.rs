@@ -24,6 +24,7 @@ mod usage;
 #[cfg(feature = "redis")]
 pub use self::fallback::FallbackStore;
 pub use self::memory::MemoryStore;
+pub(crate) use self::outcome::Answer;
 pub use self::outcome::StoreOutcome;
 #[cfg(feature = "redis")]
 pub use self::redis::RedisStore;

@@ -1,10 +1,11 @@
 //! [`StoreOutcome`]: a store's answer to one [`StoreRequest`](super::StoreRequest), as plain
-//! data.
+//! data; and [`Answer`], the same in the crate's own unit (whole µs), as the limiter takes it.
 
 use std::time::Duration;
 
 use super::TierCheck;
 use crate::algorithm::Verdict;
+use crate::clock::micros_up;
 use crate::tier::Tier;
 
 /// A store's answer. Variants and fields may be added: a store builds one with
@@ -89,24 +90,7 @@ impl StoreOutcome {
 
     /// The outcome the algorithm's `verdict` gives, its tier indices naming `tiers`.
     pub(crate) fn of_verdict(verdict: &Verdict, tiers: &[TierCheck<'_>]) -> Self {
-        match *verdict {
-            Verdict::Denied { index, retry_after } => Self::Denied {
-                tier: tiers[index].tier,
-                retry_after,
-            },
-            Verdict::Admitted {
-                remaining,
-                binding,
-                resets_in,
-                shadow_denied,
-                ..
-            } => Self::Admitted {
-                remaining,
-                binding: tiers[binding].tier,
-                resets_in,
-                shadow_denied: shadow_denied.map(|(i, wait)| (tiers[i].tier, wait)),
-            },
-        }
+        Answer::of_verdict(verdict, tiers).outcome()
     }
 
     /// The answer to a request with no tier to count (an empty [`StoreRequest::tiers`](super::StoreRequest::tiers)):
@@ -117,6 +101,107 @@ impl StoreOutcome {
             binding: Tier::Global,
             resets_in: Duration::ZERO,
             shadow_denied: None,
+        }
+    }
+}
+
+/// A store's answer as the limiter takes it: [`StoreOutcome`]'s cases, with every wait in whole
+/// µs (rounded up), the unit the algorithm, the memory store and [`Decision`](crate::Decision)
+/// count in. The memory store's answer thus reaches the decision without a round trip through
+/// `Duration`; a custom store's outcome is converted once ([`of_outcome`](Self::of_outcome)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// [`StoreOutcome::Admitted`].
+    Admitted {
+        remaining: u64,
+        binding: Tier,
+        resets_in_us: u64,
+        shadow_denied: Option<(Tier, u64)>,
+    },
+    /// [`StoreOutcome::Denied`].
+    Denied { tier: Tier, retry_after_us: u64 },
+    /// [`StoreOutcome::Blocked`].
+    Blocked { tier: Tier, retry_after_us: u64 },
+}
+
+impl Answer {
+    /// The answer the algorithm's `verdict` gives, its tier indices naming `tiers`.
+    #[inline]
+    pub(crate) fn of_verdict(verdict: &Verdict, tiers: &[TierCheck<'_>]) -> Self {
+        match *verdict {
+            Verdict::Denied {
+                index,
+                retry_after_us,
+            } => Self::Denied {
+                tier: tiers[index].tier,
+                retry_after_us,
+            },
+            Verdict::Admitted {
+                remaining,
+                binding,
+                resets_in_us,
+                shadow_denied,
+                ..
+            } => Self::Admitted {
+                remaining,
+                binding: tiers[binding].tier,
+                resets_in_us,
+                shadow_denied: shadow_denied.map(|(i, wait)| (tiers[i].tier, wait)),
+            },
+        }
+    }
+
+    /// A store's outcome, its waits rounded up to whole µs.
+    #[inline]
+    pub(crate) fn of_outcome(outcome: StoreOutcome) -> Self {
+        match outcome {
+            StoreOutcome::Admitted {
+                remaining,
+                binding,
+                resets_in,
+                shadow_denied,
+            } => Self::Admitted {
+                remaining,
+                binding,
+                resets_in_us: micros_up(resets_in),
+                shadow_denied: shadow_denied.map(|(tier, wait)| (tier, micros_up(wait))),
+            },
+            StoreOutcome::Denied { tier, retry_after } => Self::Denied {
+                tier,
+                retry_after_us: micros_up(retry_after),
+            },
+            StoreOutcome::Blocked { tier, retry_after } => Self::Blocked {
+                tier,
+                retry_after_us: micros_up(retry_after),
+            },
+        }
+    }
+
+    /// The same answer as a [`StoreOutcome`] (what the memory store answers through
+    /// [`Store`](super::Store)).
+    #[inline]
+    pub(crate) fn outcome(self) -> StoreOutcome {
+        match self {
+            Self::Admitted {
+                remaining,
+                binding,
+                resets_in_us,
+                shadow_denied,
+            } => StoreOutcome::Admitted {
+                remaining,
+                binding,
+                resets_in: Duration::from_micros(resets_in_us),
+                shadow_denied: shadow_denied
+                    .map(|(tier, wait)| (tier, Duration::from_micros(wait))),
+            },
+            Self::Denied {
+                tier,
+                retry_after_us,
+            } => StoreOutcome::denied(tier, Duration::from_micros(retry_after_us)),
+            Self::Blocked {
+                tier,
+                retry_after_us,
+            } => StoreOutcome::blocked(tier, Duration::from_micros(retry_after_us)),
         }
     }
 }

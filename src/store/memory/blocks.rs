@@ -5,7 +5,6 @@
 //! after.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use dashmap::DashMap;
 
@@ -55,9 +54,10 @@ impl Blocks {
         });
     }
 
-    /// The first of `tiers` blocked at `now` (µs), and when the last of their blocks ends.
+    /// The first of `tiers` blocked at `now` (µs), and when the last of their blocks ends (µs
+    /// from `now`).
     #[inline]
-    pub(super) fn find(&self, tiers: &[TierCheck<'_>], now: u64) -> Option<(Tier, Duration)> {
+    pub(super) fn find(&self, tiers: &[TierCheck<'_>], now: u64) -> Option<(Tier, u64)> {
         if self.count.load(Ordering::Acquire) == 0 {
             return None;
         }
@@ -65,7 +65,7 @@ impl Blocks {
     }
 
     #[cold]
-    fn find_slow(&self, tiers: &[TierCheck<'_>], now: u64) -> Option<(Tier, Duration)> {
+    fn find_slow(&self, tiers: &[TierCheck<'_>], now: u64) -> Option<(Tier, u64)> {
         let mut found: Option<(Tier, u64)> = None;
         for t in tiers {
             let Some(map) = self.map(t.tier) else {
@@ -87,7 +87,7 @@ impl Blocks {
                 None => (t.tier, left),
             });
         }
-        found.map(|(tier, left)| (tier, Duration::from_micros(left)))
+        found
     }
 
     /// Removes every block ended by `now` (µs).

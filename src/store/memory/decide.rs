@@ -10,7 +10,7 @@ use super::log::Log;
 use super::map::Locked;
 use super::TierLogs;
 use crate::algorithm::{self, TierFacts, Verdict};
-use crate::store::{StoreOutcome, StoreRequest, TierCheck};
+use crate::store::{Answer, StoreRequest, TierCheck};
 use crate::tier::Tier;
 
 const NO_FACTS: TierFacts = TierFacts {
@@ -79,7 +79,7 @@ fn decide_on(
     window: u64,
     cost: u64,
     admit: impl FnOnce(&[bool; 3]) -> Result<(), Tier>,
-) -> Result<(StoreOutcome, [bool; 3]), Tier> {
+) -> Result<(Answer, [bool; 3]), Tier> {
     let cutoff = now.saturating_sub(window);
     let mut facts = [NO_FACTS; 3];
     for ((log, t), f) in logs.iter_mut().zip(tiers).zip(&mut facts) {
@@ -90,7 +90,7 @@ fn decide_on(
     let verdict = algorithm::decide(&facts[..tiers.len()], now, window, cost, |i, units| {
         logs[i].as_deref_mut().and_then(|log| log.expiry_of(units))
     });
-    let outcome = StoreOutcome::of_verdict(&verdict, tiers);
+    let outcome = Answer::of_verdict(&verdict, tiers);
     // Denied: the logs are left as they were.
     let Verdict::Admitted { records, .. } = verdict else {
         return Ok((outcome, [false; 3]));
@@ -120,7 +120,7 @@ impl TierLogs {
         shape: Shape,
         now: u64,
         window: u64,
-    ) -> Result<StoreOutcome, Tier> {
+    ) -> Result<Answer, Tier> {
         let tiers = req.tiers;
         // Where each map tier sits in the request (the global tier is last).
         let (u, e) = (0, usize::from(shape.user));
@@ -162,7 +162,7 @@ impl TierLogs {
         (mut user, mut endpoint, mut global): Held<'_>,
         now: u64,
         window: u64,
-    ) -> Result<StoreOutcome, Tier> {
+    ) -> Result<Answer, Tier> {
         let tiers = req.tiers;
         let (u, e) = (0, usize::from(shape.user));
         let (mut fresh_user, mut fresh_endpoint) = (Log::default(), Log::default());

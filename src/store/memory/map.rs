@@ -91,7 +91,7 @@ impl LogMap {
     }
 
     /// Locks `id`'s shard (the key need not be tracked).
-    #[inline]
+    #[inline(always)]
     pub(super) fn lock(&self, id: &str) -> Locked<'_> {
         // As bytes, as a table that grows rehashes its keys.
         let hash = self.hasher.hash_one(id.as_bytes());

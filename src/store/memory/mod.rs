@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::{Backend, Store, StoreError, StoreOutcome, StoreRequest};
+use super::{Answer, Backend, Store, StoreError, StoreOutcome, StoreRequest};
 use crate::clock::saturating_micros;
 use crate::config::DEFAULT_MAX_TRACKED_KEYS;
 use crate::tier::Tier;
@@ -128,11 +128,13 @@ impl MemoryStore {
         }
     }
 
-    /// Decides one request synchronously (the limiter calls this directly, with no future).
-    pub(crate) fn check_sync(&self, req: &StoreRequest<'_>) -> Result<StoreOutcome, StoreError> {
+    /// Decides one request synchronously: the limiter calls this directly, with no future and
+    /// no conversion of its answer (see [`Answer`]).
+    #[inline]
+    pub(crate) fn answer(&self, req: &StoreRequest<'_>) -> Result<Answer, StoreError> {
         let tiers = req.tiers;
         if tiers.is_empty() {
-            return Ok(StoreOutcome::nothing_to_count());
+            return Ok(Answer::of_outcome(StoreOutcome::nothing_to_count()));
         }
         let Some(shape) = Shape::of(req) else {
             return Err(super::misordered());
@@ -143,8 +145,11 @@ impl MemoryStore {
         if now >= inner.next_sweep.load(Ordering::Relaxed) {
             inner.sweep(now, window);
         }
-        if let Some((tier, retry_after)) = inner.blocks.find(tiers, now) {
-            return Ok(StoreOutcome::blocked(tier, retry_after));
+        if let Some((tier, retry_after_us)) = inner.blocks.find(tiers, now) {
+            return Ok(Answer::Blocked {
+                tier,
+                retry_after_us,
+            });
         }
         let mut may_sweep = true;
         loop {
@@ -159,9 +164,9 @@ impl MemoryStore {
                 Err(tier) => {
                     inner.warn_cap_reached(now, tier);
                     let retry_at = inner.cap_retry_at.load(Ordering::Acquire);
-                    return Ok(StoreOutcome::Denied {
+                    return Ok(Answer::Denied {
                         tier,
-                        retry_after: Duration::from_micros(retry_at.saturating_sub(now).max(1)),
+                        retry_after_us: retry_at.saturating_sub(now).max(1),
                     });
                 }
             }
@@ -220,12 +225,12 @@ impl Store for MemoryStore {
         &self,
         request: &StoreRequest<'_>,
     ) -> impl Future<Output = Result<StoreOutcome, StoreError>> + Send {
-        std::future::ready(self.check_sync(request))
+        std::future::ready(self.answer(request).map(Answer::outcome))
     }
 
     #[inline]
     fn check_now(&self, request: &StoreRequest<'_>) -> Option<Result<StoreOutcome, StoreError>> {
-        Some(self.check_sync(request))
+        Some(self.answer(request).map(Answer::outcome))
     }
 
     fn reset(&self, tier: Tier, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
