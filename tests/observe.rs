@@ -217,18 +217,36 @@ async fn metrics_and_spans_report_decisions_fallbacks_and_store_latency() {
     let request = || http::Request::get("/x").body(Body::empty()).unwrap();
     assert_eq!(app.clone().oneshot(request()).await.unwrap().status(), 200);
     assert_eq!(app.oneshot(request()).await.unwrap().status(), 429);
+    // The same on Redis, where the check waits on the store inside the span.
+    let span_server = RedisServer::start();
+    let on_redis = RateLimiter::connect(
+        limits(0, 1, 0, MINUTE)
+            .redis_url(span_server.url())
+            .redis_command_timeout(Duration::from_secs(2))
+            .redis_connect_timeout(Duration::from_secs(10))
+            .build()
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(on_redis.backend(), Backend::Redis);
+    let app = Router::new()
+        .route("/x", get(|| async { "x" }))
+        .route_layer(RateLimitLayer::from_limiter(on_redis));
+    assert_eq!(app.clone().oneshot(request()).await.unwrap().status(), 200);
+    assert_eq!(app.oneshot(request()).await.unwrap().status(), 429);
     let text = logs.text();
     let spans: Vec<&str> = text.lines().filter(|l| l.contains("rate_limit{")).collect();
-    assert!(
+    let count = |tier: &str, decision: &str| {
         spans
             .iter()
-            .any(|l| l.contains("tier=\"none\"") && l.contains("decision=\"allowed\"")),
-        "{text}"
-    );
-    assert!(
-        spans
-            .iter()
-            .any(|l| l.contains("tier=\"endpoint\"") && l.contains("decision=\"denied\"")),
+            .filter(|l| l.contains(tier) && l.contains(decision))
+            .count()
+    };
+    // One of each from memory, one from Redis.
+    assert_eq!(count("tier=\"none\"", "decision=\"allowed\""), 2, "{text}");
+    assert_eq!(
+        count("tier=\"endpoint\"", "decision=\"denied\""),
+        2,
         "{text}"
     );
     assert!(

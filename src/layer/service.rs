@@ -49,33 +49,32 @@ where
     }
 
     fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
-        // A span only when a subscriber may take it: building a disabled one still costs a
-        // callsite check and, with no subscriber at all and tracing's `log` feature (axum's
-        // default), a record of its fields for `log`.
-        let span = if LevelFilter::current() >= Level::DEBUG {
+        // A span only when a subscriber may take it: building a disabled one, entering it and
+        // dropping it still cost a callsite check and, with no subscriber at all and tracing's
+        // `log` feature (axum's default), a record of its fields for `log`: about 70
+        // instructions a request for nothing.
+        let span = (LevelFilter::current() >= Level::DEBUG).then(|| {
             tracing::debug_span!(
                 "rate_limit",
                 tier = tracing::field::Empty,
                 decision = tracing::field::Empty
             )
-        } else {
-            tracing::Span::none()
-        };
+        });
         // In memory the decision is made here and now, with the user id borrowed from the
         // request: no allocation, no boxed future, no service clone. The request is taken
         // apart only for a closure that takes its `Parts`, and otherwise not moved before the
         // inner service takes it.
         // The header style comes with the decision, from the configuration the check used.
         let (decided, style) = if self.layer.needs_parts() {
-            let (checked, whole) = self.check_parts(&span, request);
+            let (checked, whole) = self.check_parts(span.as_ref(), request);
             request = whole;
             checked
         } else {
-            span.in_scope(|| self.check(Head::of(&request)))
+            in_span(span.as_ref(), || self.check(Head::of(&request)))
         };
         let pending = match decided {
             Ok(decision) => {
-                record_on(&span, &decision);
+                record_on(span.as_ref(), &decision);
                 if !decision.allowed() {
                     let rejection = self.layer.rejection();
                     return ResponseFuture::rejected(reject(&decision, style, rejection));
@@ -91,10 +90,11 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let limiter = self.layer.limiter().clone();
         let rejection = self.layer.rejection().cloned();
+        let span = span.unwrap_or_else(tracing::Span::none);
         let recorder = span.clone();
         let future = async move {
             let decision = limiter.finish(pending).await;
-            record_on(&recorder, &decision);
+            record_on(Some(&recorder), &decision);
             if !decision.allowed() {
                 return Ok(Answered::Rejected(reject(
                     &decision,
@@ -114,11 +114,11 @@ impl<S, A> RateLimit<S, A> {
     #[inline(never)]
     fn check_parts<B>(
         &self,
-        span: &tracing::Span,
+        span: Option<&tracing::Span>,
         request: Request<B>,
     ) -> ((Result<Decision, Pending>, HeaderStyle), Request<B>) {
         let (parts, body) = request.into_parts();
-        let checked = span.in_scope(|| self.check(Head::Parts(&parts)));
+        let checked = in_span(span, || self.check(Head::Parts(&parts)));
         (checked, Request::from_parts(parts, body))
     }
 
@@ -144,13 +144,22 @@ impl<S, A> RateLimit<S, A> {
     }
 }
 
+/// `f`, in `span` if there is one.
+#[inline]
+fn in_span<R>(span: Option<&tracing::Span>, f: impl FnOnce() -> R) -> R {
+    match span {
+        Some(span) => span.in_scope(f),
+        None => f(),
+    }
+}
+
 /// Records the decision on the check's span, if any subscriber takes it (a disabled span still
 /// looks its fields up by name, a few hundred instructions a request for nothing).
 #[inline]
-fn record_on(span: &tracing::Span, decision: &Decision) {
-    if span.is_disabled() {
+fn record_on(span: Option<&tracing::Span>, decision: &Decision) {
+    let Some(span) = span.filter(|span| !span.is_disabled()) else {
         return;
-    }
+    };
     let (d, tier) = crate::observe::labels(decision);
     span.record("decision", d);
     span.record("tier", tier);
