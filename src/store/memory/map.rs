@@ -54,6 +54,16 @@ impl Key {
     }
 }
 
+/// A key's hash: its bytes through `hasher` (whose hash folds their length in), inlined
+/// into the check (`hash_one` is a call, and hashes the length once more first).
+#[inline(always)]
+fn hash_of(hasher: &ahash::RandomState, bytes: &[u8]) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut state = hasher.build_hasher();
+    state.write(bytes);
+    state.finish()
+}
+
 /// One shard, on cache lines of its own: checks of keys in neighbouring shards, on other
 /// cores, do not contend for a line.
 type Shard = Padded<Mutex<HashTable<Entry>>>;
@@ -94,7 +104,7 @@ impl LogMap {
     #[inline(always)]
     pub(super) fn lock(&self, id: &str) -> Locked<'_> {
         // As bytes, as a table that grows rehashes its keys.
-        let hash = self.hasher.hash_one(id.as_bytes());
+        let hash = hash_of(&self.hasher, id.as_bytes());
         Locked {
             table: self.shard_of(hash).lock(),
             hasher: &self.hasher,
@@ -144,7 +154,7 @@ impl LogMap {
         for shard in &self.shards {
             let mut table = shard.0.lock();
             if table.capacity() > 64 && table.capacity() > 4 * table.len() {
-                table.shrink_to_fit(|(key, _)| self.hasher.hash_one(key.bytes()));
+                table.shrink_to_fit(|(key, _)| hash_of(&self.hasher, key.bytes()));
             }
         }
     }
@@ -174,7 +184,7 @@ impl Locked<'_> {
         let hasher = self.hasher;
         self.table
             .insert_unique(self.hash, (Key::new(id), log), |(key, _)| {
-                hasher.hash_one(key.bytes())
+                hash_of(hasher, key.bytes())
             });
     }
 }
