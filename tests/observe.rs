@@ -73,6 +73,25 @@ fn histogram_samples(s: &Snap, name: &str, backend: &str) -> usize {
         .sum()
 }
 
+/// A limiter of `limits` on `server`, connected, with timeouts no hiccup of a loaded machine
+/// meets (a fallback in this test is a kill's).
+async fn on_redis(
+    server: &RedisServer,
+    limits: tiered_ratelimit::RateLimitConfigBuilder,
+) -> RateLimiter {
+    let limiter = RateLimiter::connect(
+        limits
+            .redis_url(server.url())
+            .redis_command_timeout(Duration::from_secs(2))
+            .redis_connect_timeout(Duration::from_secs(10))
+            .build()
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(limiter.backend(), Backend::Redis);
+    limiter
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_and_spans_report_decisions_fallbacks_and_store_latency() {
     let recorder = DebuggingRecorder::new();
@@ -140,17 +159,7 @@ async fn metrics_and_spans_report_decisions_fallbacks_and_store_latency() {
 
     // Redis: store latency.
     let server = RedisServer::start();
-    let redis = RateLimiter::connect(
-        limits(5, 0, 0, MINUTE)
-            .redis_url(server.url())
-            // Timeouts no hiccup of a loaded machine meets: the fallback below is the kill's.
-            .redis_command_timeout(Duration::from_secs(2))
-            .redis_connect_timeout(Duration::from_secs(10))
-            .build()
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(redis.backend(), Backend::Redis);
+    let redis = on_redis(&server, limits(5, 0, 0, MINUTE)).await;
     for _ in 0..3 {
         assert!(redis.check("r", "/").await.allowed());
     }
@@ -219,19 +228,11 @@ async fn metrics_and_spans_report_decisions_fallbacks_and_store_latency() {
     assert_eq!(app.oneshot(request()).await.unwrap().status(), 429);
     // The same on Redis, where the check waits on the store inside the span.
     let span_server = RedisServer::start();
-    let on_redis = RateLimiter::connect(
-        limits(0, 1, 0, MINUTE)
-            .redis_url(span_server.url())
-            .redis_command_timeout(Duration::from_secs(2))
-            .redis_connect_timeout(Duration::from_secs(10))
-            .build()
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(on_redis.backend(), Backend::Redis);
     let app = Router::new()
         .route("/x", get(|| async { "x" }))
-        .route_layer(RateLimitLayer::from_limiter(on_redis));
+        .route_layer(RateLimitLayer::from_limiter(
+            on_redis(&span_server, limits(0, 1, 0, MINUTE)).await,
+        ));
     assert_eq!(app.clone().oneshot(request()).await.unwrap().status(), 200);
     assert_eq!(app.oneshot(request()).await.unwrap().status(), 429);
     let text = logs.text();

@@ -158,13 +158,8 @@ impl RateLimiter {
         let keys = Keys::with_route_key(&hot, request, None, |r| route_keys.key_of(r, &mut held));
         let mut tiers = [NO_TIER; 3];
         let decision = match keys.store_request(now, &hot, &mut tiers) {
-            Some(req) => match self.answer_now(&req) {
-                Some(answer) => conclude(
-                    answer,
-                    || self.inner.store.backend().label(),
-                    &req,
-                    keys.limits(),
-                ),
+            Some(req) => match self.decide_now(&req, keys.limits()) {
+                Some(decision) => decision,
                 None => return self.try_now_loaded(request),
             },
             None => Decision::unlimited(request.cost),
@@ -186,13 +181,8 @@ impl RateLimiter {
         let keys = Keys::with_route_key(config, request, plan, |r| route_keys.key_of(r, &mut held));
         let mut tiers = [NO_TIER; 3];
         let decision = match keys.store_request(now, config, &mut tiers) {
-            Some(req) => match self.answer_now(&req) {
-                Some(answer) => conclude(
-                    answer,
-                    || self.inner.store.backend().label(),
-                    &req,
-                    keys.limits(),
-                ),
+            Some(req) => match self.decide_now(&req, keys.limits()) {
+                Some(decision) => decision,
                 None => {
                     let live = arc_swap::Guard::into_inner(live);
                     return (Err((live, now, keys.into_owned())), style);
@@ -204,14 +194,21 @@ impl RateLimiter {
         (Ok(decision), style)
     }
 
-    /// The store's answer to `req` now, if it gives one without waiting: the memory store's
-    /// as it makes it, any other's through [`Store::check_now`](crate::store::Store::check_now).
+    /// The decision on `req` (whose tiers' limits, by tier, are `limits`) now, if the store
+    /// answers without waiting: the memory store's answer as it makes it, any other's through
+    /// [`Store::check_now`](crate::store::Store::check_now).
     #[inline]
-    fn answer_now(&self, req: &StoreRequest<'_>) -> Option<Result<Answer, StoreError>> {
-        match &self.inner.memory {
-            Some(memory) => Some(memory.answer(req)),
-            None => Some(self.inner.store.check_now(req)?.map(Answer::of_outcome)),
-        }
+    fn decide_now(&self, req: &StoreRequest<'_>, limits: [u64; 3]) -> Option<Decision> {
+        let answer = match &self.inner.memory {
+            Some(memory) => memory.answer(req),
+            None => self.inner.store.check_now(req)?.map(Answer::of_outcome),
+        };
+        Some(conclude(
+            answer,
+            || self.inner.store.backend().label(),
+            req,
+            limits,
+        ))
     }
 
     /// The waiting path: the store's `check`, for keys [`try_now`](Self::try_now) worked out
