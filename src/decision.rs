@@ -7,7 +7,6 @@ use std::time::Duration;
 use serde::ser::SerializeStruct;
 use serde::{Serialize, Serializer};
 
-use crate::store::Answer;
 use crate::tier::Tier;
 
 /// The outcome of one check.
@@ -75,32 +74,6 @@ impl Decision {
             shadow_blocked_by: None,
             binding: None,
             by_block: false,
-        }
-    }
-
-    /// The decision a store's answer gives (before the tiers, the window and the cost are
-    /// set).
-    #[inline]
-    pub(crate) fn of_answer(answer: Answer) -> Self {
-        match answer {
-            Answer::Admitted {
-                remaining,
-                binding,
-                resets_in_us,
-                shadow_denied: None,
-            } => Self::admit(remaining, binding, resets_in_us),
-            Answer::Admitted {
-                shadow_denied: Some((tier, wait_us)),
-                ..
-            } => Self::shadow_deny(tier, wait_us),
-            Answer::Denied {
-                tier,
-                retry_after_us,
-            } => Self::deny(tier, retry_after_us),
-            Answer::Blocked {
-                tier,
-                retry_after_us,
-            } => Self::block(tier, retry_after_us),
         }
     }
 
@@ -346,54 +319,19 @@ impl Serialize for Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::StoreOutcome;
-
-    /// The decision on a store's denial by the user tier after `wait`, as a custom store's
-    /// answer reaches it.
-    fn denied(wait: Duration) -> Decision {
-        Decision::of_answer(Answer::of_outcome(StoreOutcome::denied(Tier::User, wait)))
-    }
-
-    /// The decision on a store's admission, the `binding` tier gaining capacity after `resets_in`.
-    fn admitted(remaining: u64, binding: Tier, resets_in: Duration) -> Decision {
-        Decision::of_answer(Answer::of_outcome(StoreOutcome::admitted(
-            remaining, binding, resets_in,
-        )))
-    }
 
     #[test]
     fn retry_after_secs_round_up_and_are_at_least_one_on_a_denial() {
-        let d = denied(Duration::from_millis(1500));
+        let d = Decision::deny(Tier::User, 1_500_000);
         assert_eq!(d.retry_after_secs(), 2);
-        let d = denied(Duration::from_micros(1));
+        let d = Decision::deny(Tier::User, 1);
         assert_eq!(d.retry_after_secs(), 1);
-        assert_eq!(
-            admitted(7, Tier::User, Duration::ZERO).retry_after_secs(),
-            0
-        );
-    }
-
-    /// A store's wait is kept in whole µs, rounded up: a custom store's nanoseconds never make
-    /// a wait (or its whole seconds) shorter than the truth.
-    #[test]
-    fn a_wait_is_kept_in_microseconds_rounded_up() {
-        let d = denied(Duration::new(1, 500));
-        assert_eq!(d.retry_after(), Duration::from_micros(1_000_001));
-        assert_eq!(d.retry_after_secs(), 2);
-        let d = denied(Duration::from_nanos(1));
-        assert_eq!(
-            (d.retry_after(), d.retry_after_secs()),
-            (Duration::from_micros(1), 1)
-        );
-        let d = denied(Duration::MAX);
-        assert_eq!(d.retry_after(), Duration::from_micros(u64::MAX));
-        let a = admitted(0, Tier::Global, Duration::from_nanos(1_001));
-        assert_eq!(a.binding(), Some((Tier::Global, Duration::from_micros(2))));
+        assert_eq!(Decision::admit(7, Tier::User, 0).retry_after_secs(), 0);
     }
 
     #[test]
     fn limits_are_reported_per_tier() {
-        let mut d = admitted(3, Tier::User, Duration::ZERO);
+        let mut d = Decision::admit(3, Tier::User, 0);
         d.set_tiers(
             [(Tier::User, 5), (Tier::Global, 100)],
             Duration::from_secs(60),

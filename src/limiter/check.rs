@@ -27,13 +27,38 @@ fn conclude(
     limits: [u64; 3],
 ) -> Decision {
     let mut decision = match answer {
-        Ok(answer) => Decision::of_answer(answer),
+        Ok(answer) => decision_of(answer),
         Err(error) => store_failed(&error, backend()),
     };
     decision.limits = limits;
     decision.window = req.window;
     decision.set_cost(req.cost);
     decision
+}
+
+/// The decision a store's answer gives (before the tiers, the window and the cost are set).
+#[inline]
+fn decision_of(answer: Answer) -> Decision {
+    match answer {
+        Answer::Admitted {
+            remaining,
+            binding,
+            resets_in_us,
+            shadow_denied: None,
+        } => Decision::admit(remaining, binding, resets_in_us),
+        Answer::Admitted {
+            shadow_denied: Some((tier, wait_us)),
+            ..
+        } => Decision::shadow_deny(tier, wait_us),
+        Answer::Denied {
+            tier,
+            retry_after_us,
+        } => Decision::deny(tier, retry_after_us),
+        Answer::Blocked {
+            tier,
+            retry_after_us,
+        } => Decision::block(tier, retry_after_us),
+    }
 }
 
 /// A failing store lets the request through: counted, logged, nothing remaining.
@@ -240,4 +265,54 @@ pub(crate) struct Pending {
     live: Arc<Live>,
     now: Duration,
     keys: Keys<'static>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreOutcome;
+    use crate::tier::Tier;
+
+    /// The decision on a custom store's denial by the user tier after `wait`.
+    fn denied(wait: Duration) -> Decision {
+        decision_of(Answer::of_outcome(StoreOutcome::denied(Tier::User, wait)))
+    }
+
+    /// A custom store's wait is kept in whole µs, rounded up: its nanoseconds never make a wait
+    /// (or its whole seconds) shorter than the truth.
+    #[test]
+    fn a_custom_stores_wait_is_kept_in_microseconds_rounded_up() {
+        let d = denied(Duration::new(1, 500));
+        assert_eq!(d.retry_after(), Duration::from_micros(1_000_001));
+        assert_eq!(d.retry_after_secs(), 2);
+        let d = denied(Duration::from_nanos(1));
+        assert_eq!(
+            (d.retry_after(), d.retry_after_secs()),
+            (Duration::from_micros(1), 1)
+        );
+        let d = denied(Duration::MAX);
+        assert_eq!(d.retry_after(), Duration::from_micros(u64::MAX));
+        let a = decision_of(Answer::of_outcome(StoreOutcome::admitted(
+            0,
+            Tier::Global,
+            Duration::from_nanos(1_001),
+        )));
+        assert_eq!(a.binding(), Some((Tier::Global, Duration::from_micros(2))));
+        let shadow = decision_of(Answer::of_outcome(
+            StoreOutcome::admitted(0, Tier::Global, Duration::ZERO)
+                .with_shadow_denied(Tier::Endpoint, Duration::from_nanos(1_500)),
+        ));
+        assert_eq!(
+            (shadow.allowed(), shadow.retry_after()),
+            (true, Duration::from_micros(2))
+        );
+        let blocked = decision_of(Answer::of_outcome(StoreOutcome::blocked(
+            Tier::User,
+            Duration::from_nanos(999),
+        )));
+        assert_eq!(
+            (blocked.by_block(), blocked.retry_after()),
+            (true, Duration::from_micros(1))
+        );
+    }
 }

@@ -88,11 +88,6 @@ impl StoreOutcome {
         Self::Blocked { tier, retry_after }
     }
 
-    /// The outcome the algorithm's `verdict` gives, its tier indices naming `tiers`.
-    pub(crate) fn of_verdict(verdict: &Verdict, tiers: &[TierCheck<'_>]) -> Self {
-        Answer::of_verdict(verdict, tiers).outcome()
-    }
-
     /// The answer to a request with no tier to count (an empty [`StoreRequest::tiers`](super::StoreRequest::tiers)):
     /// admitted, with no limit anywhere.
     pub fn nothing_to_count() -> Self {

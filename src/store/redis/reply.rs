@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use fred::types::Value;
 
-use super::super::{StoreError, StoreOutcome, StoreRequest, TierCheck};
+use super::super::{Answer, StoreError, StoreOutcome, StoreRequest, TierCheck};
 use crate::algorithm::{self, TierFacts, Verdict};
 use crate::clock::saturating_micros;
 
@@ -209,11 +209,12 @@ pub(super) fn conclude(
                 }
                 _ => Duration::ZERO,
             };
-            Ok((StoreOutcome::of_verdict(&verdict, tiers), still))
+            Ok((Answer::of_verdict(&verdict, tiers).outcome(), still))
         }
-        Verdict::Admitted { .. } if admitted && found.len() == tiers.len() => {
-            Ok((StoreOutcome::of_verdict(&verdict, tiers), Duration::ZERO))
-        }
+        Verdict::Admitted { .. } if admitted && found.len() == tiers.len() => Ok((
+            Answer::of_verdict(&verdict, tiers).outcome(),
+            Duration::ZERO,
+        )),
         _ => Err(disagree()),
     }
 }
