@@ -237,10 +237,14 @@ impl Store for Through {
 /// custom store's through the `Store` trait (`StoreOutcome`, `Duration`): both must give the
 /// same decision, field by field. Three limiters, one on the memory store itself and two on a
 /// memory store behind the trait (its fast path, and awaited), run one seeded random sequence:
-/// mixed costs, a shadow tier, a route with limits of its own, blocks, resets, and clock steps
-/// at the window's edges and in fractions of a microsecond.
+/// mixed costs, a shadow tier, a route with limits of its own, blocks, resets, clock steps at
+/// the window's edges and of 0–2 µs, and a key cap below the keys the sequence names (so that
+/// new keys are denied at the cap too).
 #[tokio::test]
 async fn the_memory_store_decides_the_same_directly_and_through_the_store_trait() {
+    /// Fewer than the 9 keys the sequence can name (3 users, 3 routes, 3 users' buckets on
+    /// `/big`).
+    const KEYS: usize = 7;
     let window = Duration::from_millis(50);
     let config = RateLimitConfig::builder()
         .window(window)
@@ -258,22 +262,23 @@ async fn the_memory_store_decides_the_same_directly_and_through_the_store_trait(
         .build()
         .unwrap();
     let clock = ManualClock::at(Duration::from_secs(1_000));
+    let direct = MemoryStore::with_max_keys(KEYS);
     let limiter = |store: Option<Through>| {
         let builder = RateLimiter::builder(config.clone()).clock(clock.clone());
         match store {
             Some(store) => builder.store(store),
-            None => builder.memory_store(MemoryStore::new()),
+            None => builder.memory_store(direct.clone()),
         }
         .build()
     };
     let limiters = [
         limiter(None),
         limiter(Some(Through {
-            memory: MemoryStore::new(),
+            memory: MemoryStore::with_max_keys(KEYS),
             fast_path: true,
         })),
         limiter(Some(Through {
-            memory: MemoryStore::new(),
+            memory: MemoryStore::with_max_keys(KEYS),
             fast_path: false,
         })),
     ];
@@ -285,7 +290,7 @@ async fn the_memory_store_decides_the_same_directly_and_through_the_store_trait(
         state % n
     };
     let (users, routes) = (["alice", "bob", "carol"], ["/a", "/b", "/big"]);
-    let (mut denied, mut shadow, mut blocked) = (0, 0, 0);
+    let (mut denied, mut shadow, mut blocked, mut at_cap) = (0, 0, 0, 0);
     for step in 0..4_000 {
         match next(20) {
             0 | 4 | 5 => {
@@ -293,7 +298,7 @@ async fn the_memory_store_decides_the_same_directly_and_through_the_store_trait(
                 let by = [1, us - 1, us, us + 1, next(us)][next(5) as usize];
                 clock.advance(Duration::from_micros(by));
             }
-            1 => clock.advance(Duration::from_nanos(next(2_000))),
+            1 => clock.advance(Duration::from_micros(next(3))),
             2 if next(4) == 0 => {
                 let user = users[next(3) as usize];
                 let target = tiered_ratelimit::BlockTarget::User(user);
@@ -321,12 +326,14 @@ async fn the_memory_store_decides_the_same_directly_and_through_the_store_trait(
                 denied += u32::from(!d.allowed());
                 shadow += u32::from(d.shadow_blocked_by().is_some());
                 blocked += u32::from(d.by_block());
+                at_cap += u32::from(direct.tracked_keys() == KEYS);
             }
         }
     }
-    // The sequence reached every kind of answer.
+    // The sequence reached every kind of answer, and checks at the key cap (where a new key is
+    // denied).
     assert!(
-        denied > 100 && shadow > 20 && blocked > 20,
-        "{denied} {shadow} {blocked}"
+        denied > 500 && shadow > 200 && blocked > 50 && at_cap > 500,
+        "{denied} {shadow} {blocked} {at_cap}"
     );
 }

@@ -177,3 +177,79 @@ fn default_store(config: &RateLimitConfig) -> (Box<dyn DynStore>, Option<MemoryS
     let memory = MemoryStore::with_max_keys(config.max_tracked_keys());
     (Box::new(memory.clone()), Some(memory))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+
+    use super::*;
+    use crate::store::{StoreError, StoreOutcome, StoreRequest};
+    use crate::tier::Tier;
+
+    /// A store of the user's own, with a memory store underneath.
+    struct Custom(MemoryStore);
+
+    impl Store for Custom {
+        fn check(
+            &self,
+            request: &StoreRequest<'_>,
+        ) -> impl Future<Output = Result<StoreOutcome, StoreError>> + Send {
+            Store::check(&self.0, request)
+        }
+
+        fn reset(
+            &self,
+            tier: Tier,
+            id: &str,
+        ) -> impl Future<Output = Result<(), StoreError>> + Send {
+            Store::reset(&self.0, tier, id)
+        }
+
+        fn backend(&self) -> Backend {
+            Backend::Custom
+        }
+    }
+
+    /// A check on the memory store takes the direct path (`LimiterParts::memory`) however the
+    /// store was given, and on any other store goes through the `Store` trait: the equality
+    /// of the two paths (tests/custom_store.rs) says nothing if the direct one is never taken.
+    #[tokio::test]
+    async fn the_memory_store_is_reached_directly_however_it_was_given() {
+        let config = || RateLimitConfig::builder().global_limit(10).build().unwrap();
+        let builder = || RateLimiter::builder(config());
+        let direct = |limiter: RateLimiter| limiter.inner.memory.is_some();
+        assert!(direct(builder().build()), "the default store");
+        assert!(direct(builder().memory_store(MemoryStore::new()).build()));
+        assert!(direct(builder().store(MemoryStore::new()).build()));
+        assert!(direct(
+            builder()
+                .store(Custom(MemoryStore::new()))
+                .memory_store(MemoryStore::new())
+                .build()
+        ));
+        assert!(!direct(builder().store(Custom(MemoryStore::new())).build()));
+        assert!(
+            !direct(
+                builder()
+                    .memory_store(MemoryStore::new())
+                    .store(Custom(MemoryStore::new()))
+                    .build()
+            ),
+            "the last store given is the one"
+        );
+        // The one store, not a copy: what the limiter records, the store given holds.
+        let store = MemoryStore::new();
+        let limiter = builder().memory_store(store.clone()).build();
+        limiter.check("alice", "/").await;
+        assert_eq!(store.entries(Tier::Global, ""), 1);
+        #[cfg(feature = "redis")]
+        {
+            // Redis (unreachable here): the fallback store, through the trait.
+            let redis = RateLimitConfig::builder()
+                .redis_url("redis://127.0.0.1:1")
+                .build()
+                .unwrap();
+            assert!(!direct(RateLimiter::builder(redis).build()));
+        }
+    }
+}
