@@ -82,45 +82,10 @@ BIN=$target_dir/release/examples/bench_http
 
 # --- helpers -----------------------------------------------------------------------------
 TMP=$(mktemp -d)
-SERVER_PID=
-cleanup() {
-    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-        kill -TERM "$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
-    fi
-    rm -rf "$TMP"
-}
+# cleanup, start_server, stop_server, cpu_seconds
+. benches/http_server.sh
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-ADDR=
-start_server() {
-    local mode=$1
-    : >"$TMP/server.out"
-    "${server_pin[@]}" "$BIN" --mode "$mode" --listen 127.0.0.1:0 --workers "$WORKERS" \
-        >"$TMP/server.out" 2>"$TMP/server.err" &
-    SERVER_PID=$!
-    ADDR=
-    for _ in $(seq 200); do
-        ADDR=$(sed -n 's/^listening on //p' "$TMP/server.out")
-        [ -n "$ADDR" ] && return 0
-        kill -0 "$SERVER_PID" 2>/dev/null || break
-        sleep 0.05
-    done
-    cat "$TMP/server.err" >&2
-    die "the $mode server did not start"
-}
-
-stop_server() {
-    kill -TERM "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-    SERVER_PID=
-}
-
-# CPU seconds (user + system) used so far by process $1, all threads.
-cpu_seconds() {
-    awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); print ($12 + $13) / hz }' "/proc/$1/stat"
-}
 
 run_wrk() { # duration, output file
     "${wrk_pin[@]}" wrk -t1 -c"$CONNECTIONS" -d"$1" --timeout 2s --latency \
@@ -171,7 +136,7 @@ run=0
 for rep in $(seq "$REPS"); do
     for mode in $MODES; do
         run=$((run + 1))
-        start_server "$mode"
+        start_server "$BIN" "$mode" "$WORKERS"
         # The status, headers and body once, so a broken server fails loudly.
         body=$(curl -sf -H "$USER_HEADER" "http://$ADDR/") || die "$mode: GET / failed"
         [ "$body" = hello ] || die "$mode: GET / answered '$body'"

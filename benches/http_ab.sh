@@ -48,36 +48,16 @@ NEW_BIN=$target_dir/release/examples/bench_http
 ! cmp -s "$BASE_BIN" "$NEW_BIN" || die "BASE_BIN is this checkout's own build: nothing to compare"
 
 TMP=$(mktemp -d)
-SERVER_PID=
-cleanup() {
-  if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-    kill -TERM "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-  fi
-  rm -rf "$TMP"
-}
+# cleanup, start_server, stop_server, cpu_seconds
+. benches/http_server.sh
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-cpu_seconds() { # CPU seconds (user + system) used so far by process $1
-  awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); print ($12 + $13) / hz }' "/proc/$1/stat"
-}
 
 # One timed run of build `$1`'s server, in this shell (so that the exit trap knows the server):
 # writes "requests/s µs-of-server-CPU-per-request" to `$2`.
 serve() {
-  : >"$TMP/server.out"
-  "${server_pin[@]}" "$1" --mode "$MODE" --listen 127.0.0.1:0 --workers 1 \
-    >"$TMP/server.out" 2>"$TMP/server.err" &
-  SERVER_PID=$!
-  local addr=
-  for _ in $(seq 200); do
-    addr=$(sed -n 's/^listening on //p' "$TMP/server.out")
-    [ -n "$addr" ] && break
-    kill -0 "$SERVER_PID" 2>/dev/null || break
-    sleep 0.05
-  done
-  [ -n "$addr" ] || { cat "$TMP/server.err" >&2; die "$1 did not start"; }
+  start_server "$1" "$MODE" 1
+  local addr=$ADDR
   curl -sf -H 'x-user-id: bench' "http://$addr/" >/dev/null || die "$1: GET / failed"
   local load=(-t1 -c"$CONNECTIONS" --timeout 2s -H 'x-user-id: bench' "http://$addr/")
   "${wrk_pin[@]}" wrk -d"$WARMUP" "${load[@]}" >/dev/null
@@ -85,9 +65,7 @@ serve() {
   before=$(cpu_seconds "$SERVER_PID")
   "${wrk_pin[@]}" wrk -d"$DURATION" "${load[@]}" >"$TMP/wrk.out"
   after=$(cpu_seconds "$SERVER_PID")
-  kill -TERM "$SERVER_PID" 2>/dev/null || true
-  wait "$SERVER_PID" 2>/dev/null || true
-  SERVER_PID=
+  stop_server
   awk -v before="$before" -v after="$after" '
     /requests in/ { n = $1 }
     /Requests\/sec/ { rps = $2 }
