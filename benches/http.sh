@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# HTTP load comparison: an axum hello-world (GET / -> "hello") served three ways, one after
+# HTTP load comparison: an axum hello-world (GET / -> "hello") served six ways, one after
 # the other, each as its own process on a free loopback port:
 #
 #   bare      no rate limiting (the baseline)
@@ -8,6 +8,8 @@
 #   ours      RateLimitLayer, in memory, three tiers, limits never reached (1 s window)
 #   inner     ours with .inner_body(): its responses carry axum's own body (not boxed again)
 #   governor  tower_governor 0.7 keyed by the x-user-id header, a quota never reached
+#   governor_headers  governor with use_headers(): it writes two headers of its own
+#             (x-ratelimit-limit, x-ratelimit-remaining), as ours writes two
 #
 # (benches/examples/bench_http.rs). wrk loads each from a second process; the modes run interleaved
 # (bare, ours, governor, bare, ...) REPS times, and the table gives each mode's median
@@ -15,7 +17,7 @@
 # the median (with the lowest and highest) of the rounds' own ratios, which the machine's
 # drift from round to round moves less.
 #
-#   benches/http.sh                       # about 2 minutes with the defaults
+#   benches/http.sh                       # about 4 minutes with the defaults
 #   DURATION=5s REPS=1 benches/http.sh    # a quick look
 #
 # Fairness on a small machine: the server runs with WORKERS tokio worker threads (default 1)
@@ -27,7 +29,8 @@
 #
 # Writes the table to stdout and benches/results/http.md, every run to benches/results/http.csv.
 # Settings (environment): DURATION (10s), WARMUP (2s), CONNECTIONS (64), REPS (3), WORKERS (1),
-# SERVER_CPUS (0), WRK_CPUS (1), MODES ("bare headers ours inner governor"), RESULTS
+# SERVER_CPUS (0), WRK_CPUS (1), MODES ("bare headers ours inner governor
+# governor_headers"), RESULTS
 # (benches/results).
 set -euo pipefail
 
@@ -41,7 +44,7 @@ REPS=${REPS:-3}
 WORKERS=${WORKERS:-1}
 SERVER_CPUS=${SERVER_CPUS:-0}
 WRK_CPUS=${WRK_CPUS:-1}
-MODES=${MODES:-bare headers ours inner governor}
+MODES=${MODES:-bare headers ours inner governor governor_headers}
 RESULTS=${RESULTS:-$ROOT/benches/results}
 USER_HEADER='x-user-id: bench'
 
@@ -127,7 +130,9 @@ CSV=$TMP/http.csv
 echo "run,mode,rep,requests_per_sec,p50_us,p99_us,requests,non_2xx,socket_errors,server_cpu,server_cpu_us_per_request" >"$CSV"
 runs=0
 for mode in $MODES; do
-    case $mode in bare | headers | ours | inner | governor) ;; *) die "unknown mode $mode" ;; esac
+    case $mode in bare | headers | ours | inner | governor | governor_headers) ;;
+    *) die "unknown mode $mode" ;;
+    esac
     runs=$((runs + 1))
 done
 log "$REPS x {$MODES}: wrk -t1 -c$CONNECTIONS, warm-up $WARMUP, timed $DURATION; pinning: $pinning"
@@ -228,11 +233,15 @@ cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
         if [ -n "${RPS[ours]:-}" ]; then compare "inner / ours" inner ours; fi
         if [ -n "${RPS[headers]:-}" ]; then compare "inner / headers" inner headers; fi
         if [ -n "${RPS[governor]:-}" ]; then compare "inner / governor" inner governor; fi
+        if [ -n "${RPS[governor_headers]:-}" ]; then
+            compare "inner / governor_headers" inner governor_headers
+        fi
     fi
     echo
     echo "ours checks three tiers (user, endpoint, global sliding logs) and adds two headers;"
     echo "inner is ours with .inner_body() (its responses carry axum's own body)."
-    echo "tower_governor checks one GCRA cell keyed by the same x-user-id header and adds none."
+    echo "tower_governor checks one GCRA cell keyed by the same x-user-id header and adds none;"
+    echo "governor_headers is tower_governor with use_headers(), adding two headers of its own."
     echo "Server CPU per request (user + system CPU time of the server process over the timed run,"
     echo "divided by the requests served) is the figure least disturbed by other load on the"
     echo "machine. Raw runs: benches/results/http.csv (server_cpu: the server's CPU use in cores"

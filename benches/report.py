@@ -98,6 +98,7 @@ def plot(memory_rows, http_rows, redis_rows):
             "ours": "tab:blue",
             "inner": "tab:cyan",
             "governor": "tab:orange",
+            "governor_headers": "moccasin",
         }
         modes = [m for m in colors if any(r["mode"] == m for r in http_rows)]
         medians = []
@@ -105,6 +106,7 @@ def plot(memory_rows, http_rows, redis_rows):
             vals = [float(r["requests_per_sec"]) for r in http_rows if r["mode"] == m]
             medians.append(statistics.median(vals))
         ax.bar(modes, medians, color=[colors[m] for m in modes])
+        ax.tick_params(axis="x", labelrotation=30, labelsize=8)
         ax.set_ylabel("requests/s (higher is better)")
         ax.set_title("axum hello-world under wrk")
     if redis_rows:

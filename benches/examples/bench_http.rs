@@ -2,7 +2,7 @@
 //! behind our `RateLimitLayer`, or behind `tower_governor`, with limits never reached.
 //!
 //! ```text
-//! cargo run --release -p tiered-ratelimit-benches --example bench_http -- --mode bare|headers|ours|inner|governor \
+//! cargo run --release -p tiered-ratelimit-benches --example bench_http -- --mode bare|headers|ours|inner|governor|governor_headers \
 //!     [--listen 127.0.0.1:0] [--workers N]
 //! ```
 //!
@@ -15,9 +15,11 @@
 //!   does not box again.
 //! - `governor`: `tower_governor` 0.7 keyed by the `x-user-id` header (one GCRA cell per key),
 //!   one cell replenished every nanosecond with a burst of 2^32 - 1: it never limits.
+//! - `governor_headers`: `governor` with `use_headers()`: it writes `x-ratelimit-limit` and
+//!   `x-ratelimit-remaining` on every admitted response, as ours writes two headers.
 //!
 //! Both layers go on with `route_layer`, and every mode serves with
-//! `into_make_service_with_connect_info::<SocketAddr>()`, so the three differ only by the layer.
+//! `into_make_service_with_connect_info::<SocketAddr>()`, so the modes differ only by the layer.
 //! Once it accepts connections it prints `listening on ADDR` to stdout; SIGTERM or Ctrl-C stops
 //! it.
 
@@ -30,11 +32,13 @@ mod http_app;
 use http_app::{app_with_clock, Mode};
 
 const USAGE: &str = "\
-usage: bench_http --mode bare|headers|ours|inner|governor [--listen ADDR] [--workers N]
+usage: bench_http --mode bare|headers|ours|inner|governor|governor_headers [--listen ADDR]
+                  [--workers N]
 
   --mode MODE      bare (no layer), headers (no layer; the handler writes the two headers ours
                    sends), ours (RateLimitLayer, in memory), inner (ours answering axum's own
-                   body: .inner_body()) or governor (tower_governor)
+                   body: .inner_body()), governor (tower_governor) or governor_headers
+                   (tower_governor with use_headers(), writing two headers of its own)
   --listen ADDR    address to serve on (default 127.0.0.1:0, a free port)
   --workers N      tokio worker threads (default: the number of CPUs this process may use)
 ";

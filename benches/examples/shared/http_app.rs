@@ -1,7 +1,8 @@
 //! The five servers of the HTTP comparison, shared by `bench_http` (served over TCP for wrk)
 //! and `count_http` (called in process, for callgrind): an axum hello-world (`GET /` answers
 //! `hello`) bare, bare writing our two headers, behind our `RateLimitLayer` (answering its own
-//! body, or axum's with `inner_body`), or behind `tower_governor`, with limits never reached.
+//! body, or axum's with `inner_body`), or behind `tower_governor` (adding no headers, or its own
+//! two with `use_headers`), with limits never reached.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +27,9 @@ pub enum Mode {
     /// Ours answering axum's own body (`RateLimitLayer::inner_body`).
     Inner,
     Governor,
+    /// tower_governor with `use_headers()`: it then writes two headers of its own on every
+    /// admitted response (`x-ratelimit-limit`, `x-ratelimit-remaining`), as ours writes two.
+    GovernorHeaders,
 }
 
 impl Mode {
@@ -37,6 +41,7 @@ impl Mode {
             "ours" => Self::Ours,
             "inner" => Self::Inner,
             "governor" => Self::Governor,
+            "governor_headers" => Self::GovernorHeaders,
             _ => return None,
         })
     }
@@ -107,18 +112,24 @@ pub fn app_with_clock(mode: Mode, clock: Option<ManualClock>) -> Result<Router, 
                 router.route_layer(layer)
             }
         }
-        Mode::Governor => {
-            // per_nanosecond(1): one cell back every nanosecond (per_second(n) would be one
-            // every n seconds); a burst of u32::MAX cells: 4.3 s of credit, never used up.
-            let config = GovernorConfigBuilder::default()
-                .per_nanosecond(1)
-                .burst_size(u32::MAX)
-                .key_extractor(UserHeader)
-                .finish()
-                .ok_or("tower_governor: zero period or burst")?;
-            router.route_layer(GovernorLayer {
-                config: Arc::new(config),
-            })
+        Mode::Governor | Mode::GovernorHeaders => {
+            // Keyed by the `x-user-id` header; per_nanosecond(1): one cell back every
+            // nanosecond (per_second(n) would be one every n seconds); a burst of u32::MAX
+            // cells: 4.3 s of credit, never used up.
+            let mut builder = GovernorConfigBuilder::default().key_extractor(UserHeader);
+            builder.per_nanosecond(1).burst_size(u32::MAX);
+            const ZERO_QUOTA: &str = "tower_governor: zero period or burst";
+            if mode == Mode::Governor {
+                let config = builder.finish().ok_or(ZERO_QUOTA)?;
+                router.route_layer(GovernorLayer {
+                    config: Arc::new(config),
+                })
+            } else {
+                let config = builder.use_headers().finish().ok_or(ZERO_QUOTA)?;
+                router.route_layer(GovernorLayer {
+                    config: Arc::new(config),
+                })
+            }
         }
     })
 }
