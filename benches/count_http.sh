@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Instructions per request of the HTTP comparison's four servers, counted by valgrind's
+# Instructions per request of the HTTP comparison's six servers, counted by valgrind's
 # callgrind in process (benches/examples/count_http.rs): the user-space work wrk's figures
 # hold, without the kernel's TCP work and without noise. Prints each mode's instructions per
-# request and ours against the others.
+# request, and ours (`ours` and `inner`) against `headers` and tower_governor (with and
+# without its headers).
 #
 #   benches/count_http.sh                 # N=20000
 #   N=50000 benches/count_http.sh
@@ -13,7 +14,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 n=${N:-20000}
 command -v valgrind >/dev/null || { echo "valgrind is missing: apt-get install valgrind" >&2; exit 1; }
 cargo build --quiet --release -p tiered-ratelimit-benches --example count_http
-bin=target/release/examples/count_http
+bin=${CARGO_TARGET_DIR:-target}/release/examples/count_http
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

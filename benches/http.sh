@@ -12,10 +12,10 @@
 #             (x-ratelimit-limit, x-ratelimit-remaining), as ours writes two
 #
 # (benches/examples/bench_http.rs). wrk loads each from a second process; the modes run interleaved
-# (bare, ours, governor, bare, ...) REPS times, and the table gives each mode's median
-# requests/s and p99 latency, and the ratios ours/bare and ours/governor: of the medians, and
-# the median (with the lowest and highest) of the rounds' own ratios, which the machine's
-# drift from round to round moves less.
+# (bare, headers, ours, ..., bare, headers, ...) REPS times, and the table gives each mode's
+# median requests/s and p99 latency, and the ratios of ours and inner to the others: of the
+# medians, and the median (with the lowest and highest) of the rounds' own ratios, which the
+# machine's drift from round to round moves less.
 #
 #   benches/http.sh                       # about 4 minutes with the defaults
 #   DURATION=5s REPS=1 benches/http.sh    # a quick look
@@ -29,7 +29,7 @@
 #
 # Writes the table to stdout and benches/results/http.md, every run to benches/results/http.csv.
 # Settings (environment): DURATION (10s), WARMUP (2s), CONNECTIONS (64), REPS (3), WORKERS (1),
-# SERVER_CPUS (0), WRK_CPUS (1), MODES ("bare headers ours inner governor
+# SERVER_CPUS (0), WRK_CPUS (1), MODES (all six: "bare headers ours inner governor
 # governor_headers"), RESULTS
 # (benches/results).
 set -euo pipefail
@@ -142,9 +142,16 @@ for rep in $(seq "$REPS"); do
     for mode in $MODES; do
         run=$((run + 1))
         start_server "$BIN" "$mode" "$WORKERS"
-        # The status, headers and body once, so a broken server fails loudly.
-        body=$(curl -sf -H "$USER_HEADER" "http://$ADDR/") || die "$mode: GET / failed"
+        # The status, headers and body once, so a broken server fails loudly: every mode but
+        # bare and governor must send a remaining count.
+        body=$(curl -sf -D "$TMP/head.txt" -H "$USER_HEADER" "http://$ADDR/") ||
+            die "$mode: GET / failed"
         [ "$body" = hello ] || die "$mode: GET / answered '$body'"
+        case $mode in
+        bare | governor) ;;
+        *) grep -qi '^x-ratelimit-remaining:' "$TMP/head.txt" ||
+            die "$mode: GET / sent no x-ratelimit-remaining header" ;;
+        esac
         run_wrk "$WARMUP" "$TMP/warmup.txt"
         cpu0=$(cpu_seconds "$SERVER_PID")
         t0=$(date +%s.%N)

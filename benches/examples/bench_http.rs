@@ -1,5 +1,6 @@
 //! The server of `benches/http.sh`: an axum hello-world (`GET /` answers `hello`) served bare,
-//! behind our `RateLimitLayer`, or behind `tower_governor`, with limits never reached.
+//! bare writing our two headers, behind our `RateLimitLayer`, or behind `tower_governor`, with
+//! limits never reached.
 //!
 //! ```text
 //! cargo run --release -p tiered-ratelimit-benches --example bench_http -- --mode bare|headers|ours|inner|governor|governor_headers \
@@ -7,6 +8,8 @@
 //! ```
 //!
 //! - `bare`: no rate limiting at all, the baseline.
+//! - `headers`: no rate limiting; the handler writes the two headers ours sends on an admitted
+//!   request (the issue's baseline for ours).
 //! - `ours`: `RateLimitLayer::new(config)` on the in-memory store, three tiers on (user from the
 //!   `x-user-id` header, endpoint = the route template `/`, global), every limit 2^40 in a 1 s
 //!   window. The sliding log keeps each admitted request for one window, so memory stays at
@@ -18,7 +21,7 @@
 //! - `governor_headers`: `governor` with `use_headers()`: it writes `x-ratelimit-limit` and
 //!   `x-ratelimit-remaining` on every admitted response, as ours writes two headers.
 //!
-//! Both layers go on with `route_layer`, and every mode serves with
+//! Every layer goes on with `route_layer`, and every mode serves with
 //! `into_make_service_with_connect_info::<SocketAddr>()`, so the modes differ only by the layer.
 //! Once it accepts connections it prints `listening on ADDR` to stdout; SIGTERM or Ctrl-C stops
 //! it.

@@ -1,5 +1,6 @@
 //! Instruction-count harness of the HTTP comparison: N requests through one of `bench_http`'s
-//! six servers (`bare`, `headers`, `ours`, `inner`, `governor`, `governor_headers`), called in process (no
+//! six servers (`bare`, `headers`, `ours`, `inner`, `governor`, `governor_headers`), called
+//! in process (no
 //! socket, no runtime: every future here is ready at once), for `valgrind --tool=callgrind` to
 //! count.
 //! `benches/count_http.sh` counts only the requests' loop (`requests`), not the set-up, and

@@ -1,4 +1,4 @@
-//! The five servers of the HTTP comparison, shared by `bench_http` (served over TCP for wrk)
+//! The six servers of the HTTP comparison, shared by `bench_http` (served over TCP for wrk)
 //! and `count_http` (called in process, for callgrind): an axum hello-world (`GET /` answers
 //! `hello`) bare, bare writing our two headers, behind our `RateLimitLayer` (answering its own
 //! body, or axum's with `inner_body`), or behind `tower_governor` (adding no headers, or its own
