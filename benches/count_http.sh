@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Instructions per request of the HTTP comparison's six servers, counted by valgrind's
+# Instructions per request of the HTTP comparison's seven servers, counted by valgrind's
 # callgrind in process (benches/examples/count_http.rs): the user-space work wrk's figures
 # hold, without the kernel's TCP work and without noise. Prints each mode's instructions per
 # request, and ours (`ours` and `inner`) against `headers` and tower_governor (with and
@@ -26,7 +26,7 @@ count() {
 }
 
 declare -A per
-for mode in bare headers ours inner governor governor_headers; do
+for mode in bare headers ours inner inner_handler governor governor_headers; do
   a=$(count "$mode" "$n")
   b=$(count "$mode" $((2 * n)))
   per[$mode]=$(((b - a) / n))
@@ -38,4 +38,5 @@ echo "ours / governor: $(ratio "${per[ours]}" "${per[governor]}")x the instructi
 echo "inner / headers: $(ratio "${per[inner]}" "${per[headers]}")x the instructions"
 echo "inner / governor: $(ratio "${per[inner]}" "${per[governor]}")x the instructions"
 echo "inner / governor_headers: $(ratio "${per[inner]}" "${per[governor_headers]}")x the instructions (tower_governor writing two headers too)"
+echo "inner_handler / inner: $(ratio "${per[inner_handler]}" "${per[inner]}")x the instructions (on the handler instead of with route_layer: $((per[inner_handler] - per[inner])))"
 echo "layer's own work: ours $((per[ours] - per[bare])), inner $((per[inner] - per[bare])), tower_governor $((per[governor] - per[bare])), with its headers $((per[governor_headers] - per[bare])) (each minus bare)"

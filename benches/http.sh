@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# HTTP load comparison: an axum hello-world (GET / -> "hello") served six ways, one after
+# HTTP load comparison: an axum hello-world (GET / -> "hello") served seven ways, one after
 # the other, each as its own process on a free loopback port:
 #
 #   bare      no rate limiting (the baseline)
@@ -7,6 +7,8 @@
 #             of the issue-11 target: ours >= 0.97x of it)
 #   ours      RateLimitLayer, in memory, three tiers, limits never reached (1 s window)
 #   inner     ours with .inner_body(): its responses carry axum's own body (not boxed again)
+#   inner_handler  inner on the handler (axum's Handler::layer) instead of with route_layer
+#             (not in the default MODES)
 #   governor  tower_governor 0.7 keyed by the x-user-id header, a quota never reached
 #   governor_headers  governor with use_headers(): it writes two headers of its own
 #             (x-ratelimit-limit, x-ratelimit-remaining), as ours writes two
@@ -29,7 +31,7 @@
 #
 # Writes the table to stdout and benches/results/http.md, every run to benches/results/http.csv.
 # Settings (environment): DURATION (10s), WARMUP (2s), CONNECTIONS (64), REPS (3), WORKERS (1),
-# SERVER_CPUS (0), WRK_CPUS (1), MODES (all six: "bare headers ours inner governor
+# SERVER_CPUS (0), WRK_CPUS (1), MODES (six of the seven: "bare headers ours inner governor
 # governor_headers"), RESULTS
 # (benches/results).
 set -euo pipefail
@@ -130,7 +132,7 @@ CSV=$TMP/http.csv
 echo "run,mode,rep,requests_per_sec,p50_us,p99_us,requests,non_2xx,socket_errors,server_cpu,server_cpu_us_per_request" >"$CSV"
 runs=0
 for mode in $MODES; do
-    case $mode in bare | headers | ours | inner | governor | governor_headers) ;;
+    case $mode in bare | headers | ours | inner | inner_handler | governor | governor_headers) ;;
     *) die "unknown mode $mode" ;;
     esac
     runs=$((runs + 1))

@@ -186,6 +186,42 @@ async fn route_templates_share_one_endpoint_key() {
     assert_eq!(r.status, StatusCode::OK);
 }
 
+/// The layer on one handler (axum's `Handler::layer`, which README.md offers as the cheaper
+/// placement) still counts under the route's template, not the raw path, and limits that handler
+/// alone.
+#[tokio::test]
+async fn a_layer_on_one_handler_counts_under_its_route_template() {
+    use axum::handler::Handler;
+    let store = MemoryStore::new();
+    let limiter = RateLimiter::builder(config(0, 3, 0))
+        .memory_store(store.clone())
+        .build();
+    let limited = (|| async { "item" }).layer(RateLimitLayer::from_limiter(limiter).inner_body());
+    let app = Router::new()
+        .route("/api/v1/items", get(|| async { "list" }))
+        .route("/api/v1/items/{id}", get(limited));
+    let base = serve(app, true).await;
+    let client = reqwest::Client::new();
+    for id in 1..=3 {
+        let r = get_as(&client, &format!("{base}/api/v1/items/{id}"), None).await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(r.remaining.as_deref(), Some((3 - id).to_string().as_str()));
+    }
+    let r = get_as(&client, &format!("{base}/api/v1/items/99"), None).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(r.body.contains("\"policy\":\"endpoint\""), "{}", r.body);
+    assert_eq!(store.entries(Tier::Endpoint, "/api/v1/items/%7Bid%7D"), 3);
+    assert_eq!(
+        store.tracked_keys(),
+        1,
+        "one key for the template, none per path"
+    );
+    // The other route's handler has no layer.
+    let r = get_as(&client, &format!("{base}/api/v1/items"), None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.remaining, None);
+}
+
 #[tokio::test]
 async fn unmatched_paths_share_one_fixed_key_under_router_layer() {
     let store = MemoryStore::new();

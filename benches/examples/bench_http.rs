@@ -3,7 +3,7 @@
 //! limits never reached.
 //!
 //! ```text
-//! cargo run --release -p tiered-ratelimit-benches --example bench_http -- --mode bare|headers|ours|inner|governor|governor_headers \
+//! cargo run --release -p tiered-ratelimit-benches --example bench_http -- --mode MODE \
 //!     [--listen 127.0.0.1:0] [--workers N]
 //! ```
 //!
@@ -16,12 +16,15 @@
 //!   about one second's worth of requests.
 //! - `inner`: `ours` with `.inner_body()`: its responses carry axum's own body, which axum
 //!   does not box again.
+//! - `inner_handler`: `inner` put on the handler (`get(handler.layer(layer))`, axum's
+//!   `Handler::layer`) instead of with `route_layer`, which wraps the route in a second boxed
+//!   `Route`.
 //! - `governor`: `tower_governor` 0.7 keyed by the `x-user-id` header (one GCRA cell per key),
 //!   one cell replenished every nanosecond with a burst of 2^32 - 1: it never limits.
 //! - `governor_headers`: `governor` with `use_headers()`: it writes `x-ratelimit-limit` and
 //!   `x-ratelimit-remaining` on every admitted response, as ours writes two headers.
 //!
-//! Every layer goes on with `route_layer`, and every mode serves with
+//! Every layer but `inner_handler`'s goes on with `route_layer`, and every mode serves with
 //! `into_make_service_with_connect_info::<SocketAddr>()`, so the modes differ only by the layer.
 //! Once it accepts connections it prints `listening on ADDR` to stdout; SIGTERM or Ctrl-C stops
 //! it.
@@ -35,12 +38,12 @@ mod http_app;
 use http_app::{app_with_clock, Mode};
 
 const USAGE: &str = "\
-usage: bench_http --mode bare|headers|ours|inner|governor|governor_headers [--listen ADDR]
-                  [--workers N]
+usage: bench_http --mode MODE [--listen ADDR] [--workers N]
 
   --mode MODE      bare (no layer), headers (no layer; the handler writes the two headers ours
                    sends), ours (RateLimitLayer, in memory), inner (ours answering axum's own
-                   body: .inner_body()), governor (tower_governor) or governor_headers
+                   body: .inner_body()), inner_handler (inner on the handler, with axum's
+                   Handler::layer), governor (tower_governor) or governor_headers
                    (tower_governor with use_headers(), writing two headers of its own)
   --listen ADDR    address to serve on (default 127.0.0.1:0, a free port)
   --workers N      tokio worker threads (default: the number of CPUs this process may use)

@@ -1,6 +1,6 @@
 //! Instruction-count harness of the HTTP comparison: N requests through one of `bench_http`'s
-//! six servers (`bare`, `headers`, `ours`, `inner`, `governor`, `governor_headers`), called
-//! in process (no
+//! seven servers (`bare`, `headers`, `ours`, `inner`, `inner_handler`, `governor`,
+//! `governor_headers`), called in process (no
 //! socket, no runtime: every future here is ready at once), for `valgrind --tool=callgrind` to
 //! count.
 //! `benches/count_http.sh` counts only the requests' loop (`requests`), not the set-up, and
@@ -50,7 +50,9 @@ fn main() -> ExitCode {
         args.next().as_deref().and_then(Mode::parse),
         args.next().and_then(|n| n.parse::<u64>().ok()),
     ) else {
-        eprintln!("usage: count_http bare|headers|ours|inner|governor|governor_headers N");
+        eprintln!(
+            "usage: count_http bare|headers|ours|inner|inner_handler|governor|governor_headers N"
+        );
         return ExitCode::from(2);
     };
     let clock = ManualClock::at(Duration::from_secs(1_000_000));

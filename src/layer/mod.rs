@@ -81,8 +81,9 @@ type CostFn = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
 ///   it. The inner service is not called. (The headers follow the config's
 ///   [`HeaderStyle`](crate::HeaderStyle): legacy, IETF or both.)
 ///
-/// Works with `Router::layer`, `Router::route_layer` and any tower service whose response body
-/// carries [`Bytes`]. Clones of the layer and of its services share one limiter.
+/// Works with `Router::layer`, `Router::route_layer`, axum's `Handler::layer` (one handler,
+/// still counted under its route's template) and any tower service whose response body carries
+/// [`Bytes`]. Clones of the layer and of its services share one limiter.
 ///
 /// ```
 /// use axum::{routing::get, Router};

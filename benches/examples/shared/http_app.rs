@@ -1,12 +1,14 @@
-//! The six servers of the HTTP comparison, shared by `bench_http` (served over TCP for wrk)
+//! The seven servers of the HTTP comparison, shared by `bench_http` (served over TCP for wrk)
 //! and `count_http` (called in process, for callgrind): an axum hello-world (`GET /` answers
 //! `hello`) bare, bare writing our two headers, behind our `RateLimitLayer` (answering its own
-//! body, or axum's with `inner_body`), or behind `tower_governor` (adding no headers, or its own
-//! two with `use_headers`), with limits never reached.
+//! body, or axum's with `inner_body`; with `route_layer`, or on the handler), or behind
+//! `tower_governor` (adding no headers, or its own two with `use_headers`), with limits never
+//! reached.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::handler::Handler;
 use axum::routing::get;
 use axum::Router;
 use http::Request;
@@ -26,6 +28,8 @@ pub enum Mode {
     Ours,
     /// Ours answering axum's own body (`RateLimitLayer::inner_body`).
     Inner,
+    /// `Inner` on the handler (axum's `Handler::layer`) instead of with `route_layer`.
+    InnerHandler,
     Governor,
     /// tower_governor with `use_headers()`: it then writes two headers of its own on every
     /// admitted response (`x-ratelimit-limit`, `x-ratelimit-remaining`), as ours writes two.
@@ -40,6 +44,7 @@ impl Mode {
             "headers" => Self::Headers,
             "ours" => Self::Ours,
             "inner" => Self::Inner,
+            "inner_handler" => Self::InnerHandler,
             "governor" => Self::Governor,
             "governor_headers" => Self::GovernorHeaders,
             _ => return None,
@@ -93,7 +98,7 @@ pub fn app_with_clock(mode: Mode, clock: Option<ManualClock>) -> Result<Router, 
                 )
             }),
         ),
-        Mode::Ours | Mode::Inner => {
+        Mode::Ours | Mode::Inner | Mode::InnerHandler => {
             let config = RateLimitConfig::builder()
                 .window(Duration::from_secs(1))
                 .user_limit(HUGE)
@@ -106,10 +111,12 @@ pub fn app_with_clock(mode: Mode, clock: Option<ManualClock>) -> Result<Router, 
                 None => RateLimiter::new(config),
             };
             let layer = RateLimitLayer::from_limiter(limiter).user_id_header("x-user-id");
-            if mode == Mode::Inner {
-                router.route_layer(layer.inner_body())
-            } else {
-                router.route_layer(layer)
+            match mode {
+                Mode::Inner => router.route_layer(layer.inner_body()),
+                Mode::InnerHandler => {
+                    Router::new().route("/", get((|| async { "hello" }).layer(layer.inner_body())))
+                }
+                _ => router.route_layer(layer),
             }
         }
         Mode::Governor | Mode::GovernorHeaders => {
