@@ -2,8 +2,8 @@
 # Instructions per request of the HTTP comparison's seven servers, counted by valgrind's
 # callgrind in process (benches/examples/count_http.rs): the user-space work wrk's figures
 # hold, without the kernel's TCP work and without noise. Prints each mode's instructions per
-# request, and ours (`ours` and `inner`) against `headers` and tower_governor (with and
-# without its headers).
+# request, ours (`ours` and `inner`) against `headers` and tower_governor (with and without
+# its headers), and `inner_handler` (ours on the handler) against `inner`.
 #
 #   benches/count_http.sh                 # N=20000
 #   N=50000 benches/count_http.sh

@@ -245,10 +245,14 @@ cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
         if [ -n "${RPS[governor_headers]:-}" ]; then
             compare "inner / governor_headers" inner governor_headers
         fi
+        if [ -n "${RPS[inner_handler]:-}" ]; then
+            compare "inner_handler / inner" inner_handler inner
+        fi
     fi
     echo
     echo "ours checks three tiers (user, endpoint, global sliding logs) and adds two headers;"
-    echo "inner is ours with .inner_body() (its responses carry axum's own body)."
+    echo "inner is ours with .inner_body() (its responses carry axum's own body); inner_handler"
+    echo "is inner on the handler (axum's Handler::layer) instead of with route_layer."
     echo "tower_governor checks one GCRA cell keyed by the same x-user-id header and adds none;"
     echo "governor_headers is tower_governor with use_headers(), adding two headers of its own."
     echo "Server CPU per request (user + system CPU time of the server process over the timed run,"

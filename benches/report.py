@@ -97,6 +97,7 @@ def plot(memory_rows, http_rows, redis_rows):
             "headers": "silver",
             "ours": "tab:blue",
             "inner": "tab:cyan",
+            "inner_handler": "tab:purple",
             "governor": "tab:orange",
             "governor_headers": "moccasin",
         }

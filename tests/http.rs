@@ -186,9 +186,11 @@ async fn route_templates_share_one_endpoint_key() {
     assert_eq!(r.status, StatusCode::OK);
 }
 
-/// The layer on one handler (axum's `Handler::layer`, which README.md offers as the cheaper
-/// placement) still counts under the route's template, not the raw path, and limits that handler
-/// alone.
+/// The layer on one handler (axum's `Handler::layer`, which README.md offers as a placement)
+/// still counts under the route's template, not the raw path; limits that handler alone; is
+/// not reached by a method the route does not serve (its 405 is neither counted nor given
+/// headers, unlike under `route_layer`); and under `nest` counts the nested route's full
+/// template.
 #[tokio::test]
 async fn a_layer_on_one_handler_counts_under_its_route_template() {
     use axum::handler::Handler;
@@ -196,10 +198,18 @@ async fn a_layer_on_one_handler_counts_under_its_route_template() {
     let limiter = RateLimiter::builder(config(0, 3, 0))
         .memory_store(store.clone())
         .build();
-    let limited = (|| async { "item" }).layer(RateLimitLayer::from_limiter(limiter).inner_body());
+    let layer = RateLimitLayer::from_limiter(limiter).inner_body();
+    let nested = Router::new().route(
+        "/items/{id}",
+        get((|| async { "nested" }).layer(layer.clone())),
+    );
     let app = Router::new()
         .route("/api/v1/items", get(|| async { "list" }))
-        .route("/api/v1/items/{id}", get(limited));
+        .route(
+            "/api/v1/items/{id}",
+            get((|| async { "item" }).layer(layer)),
+        )
+        .nest("/api/v2", nested);
     let base = serve(app, true).await;
     let client = reqwest::Client::new();
     for id in 1..=3 {
@@ -218,6 +228,57 @@ async fn a_layer_on_one_handler_counts_under_its_route_template() {
     );
     // The other route's handler has no layer.
     let r = get_as(&client, &format!("{base}/api/v1/items"), None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.remaining, None);
+    // A method the route does not serve never reaches a handler's layer: a 405, not a 429,
+    // without headers, and nothing counted.
+    let r = client
+        .post(format!("{base}/api/v1/items/1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert!(r.headers().get("x-ratelimit-remaining").is_none());
+    assert_eq!(store.entries(Tier::Endpoint, "/api/v1/items/%7Bid%7D"), 3);
+    // Under `nest`, the full template; a HEAD request, which axum answers with the GET
+    // handler, is counted too. Both handlers' layers are clones of one: one limiter, one store.
+    let r = get_as(&client, &format!("{base}/api/v2/items/7"), None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let r = client
+        .head(format!("{base}/api/v2/items/8"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["x-ratelimit-remaining"], "1");
+    assert_eq!(store.entries(Tier::Endpoint, "/api/v2/items/%7Bid%7D"), 2);
+    assert_eq!(store.tracked_keys(), 2);
+}
+
+/// A router's fallback carries no `MatchedPath`: the layer on a fallback handler counts every
+/// request it sees under the one fixed key of unmatched requests.
+#[tokio::test]
+async fn a_layer_on_a_fallback_handler_counts_under_one_fixed_key() {
+    use axum::handler::Handler;
+    let store = MemoryStore::new();
+    let limiter = RateLimiter::builder(config(0, 3, 0))
+        .memory_store(store.clone())
+        .build();
+    let layer = RateLimitLayer::from_limiter(limiter).inner_body();
+    let app = items_router().fallback((|| async { "fallback" }).layer(layer));
+    let base = serve(app, true).await;
+    let client = reqwest::Client::new();
+    for i in 0..3 {
+        let r = get_as(&client, &format!("{base}/random/{i}"), None).await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(r.remaining.as_deref(), Some((2 - i).to_string().as_str()));
+    }
+    let r = get_as(&client, &format!("{base}/another/path"), None).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(store.entries(Tier::Endpoint, "@unmatched"), 3);
+    assert_eq!(store.tracked_keys(), 1, "random paths never create keys");
+    // The routes have no layer.
+    let r = get_as(&client, &format!("{base}/api/v1/items/1"), None).await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.remaining, None);
 }

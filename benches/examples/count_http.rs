@@ -14,10 +14,10 @@
 //! ```
 //!
 //! Each request is `GET /` with `x-user-id: alice`, through the router finished once with
-//! `with_state(())` as `axum::serve` does, so that routes are not rebuilt per request. Ours (and `inner`)
-//! runs on a manual clock moved 100 µs per request (its 1 s logs fill up to 10,000 entries,
-//! then trim one per request, as under steady load), so that its count is the same on every
-//! run; the peers' work does not depend on the time.
+//! `with_state(())` as `axum::serve` does, so that routes are not rebuilt per request. Ours
+//! (and `inner`, `inner_handler`) runs on a manual clock moved 100 µs per request (its 1 s logs
+//! fill up to 10,000 entries, then trim one per request, as under steady load), so that its
+//! count is the same on every run; the peers' work does not depend on the time.
 
 use std::future::Future;
 use std::pin::pin;

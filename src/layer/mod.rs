@@ -69,7 +69,8 @@ type CostFn = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
 ///   the address.
 /// - **Endpoint:** axum's [`MatchedPath`](axum::extract::MatchedPath), the route *template*
 ///   (`/api/v1/items/{id}`), never the raw path. A request that matched no route (a 404 under
-///   `Router::layer`, or this layer wrapped around a whole router from outside) uses one fixed
+///   `Router::layer`, a fallback handler's, or this layer wrapped around a whole router from
+///   outside) uses one fixed
 ///   endpoint key, so random paths never create keys. [`endpoint`](Self::endpoint) replaces
 ///   this, for services other than axum (a gRPC method, say).
 /// - **Allowed:** the inner response, with `X-RateLimit-Remaining` and `Retry-After: 0` added
@@ -82,8 +83,10 @@ type CostFn = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
 ///   [`HeaderStyle`](crate::HeaderStyle): legacy, IETF or both.)
 ///
 /// Works with `Router::layer`, `Router::route_layer`, axum's `Handler::layer` (one handler,
-/// still counted under its route's template) and any tower service whose response body carries
-/// [`Bytes`]. Clones of the layer and of its services share one limiter.
+/// counted under its route's template; a method the route does not serve, a 405, never
+/// reaches it; on a router's fallback, which has no template, under the one fixed key) and any
+/// tower service whose response body carries [`Bytes`]. Clones of the layer and of its
+/// services share one limiter.
 ///
 /// ```
 /// use axum::{routing::get, Router};
@@ -183,7 +186,8 @@ impl<A> RateLimitLayer<A> {
     /// [`ResponseBody`]: an allowed request's response is the inner response as it was, with
     /// the rate-limit headers added, and a rejection's body is made with the body type's
     /// `From<Bytes>`. For inner services whose body has one: axum's `Body` (a `Router`'s
-    /// routes, under `route_layer` or `layer`), `http_body_util::Full<Bytes>`, ... The inner
+    /// routes, under `route_layer` or `layer`, or a handler's), `http_body_util::Full<Bytes>`,
+    /// ... The inner
     /// body must implement `From<Bytes>`: hyper's `Incoming` (a proxy's) and tonic's `Body` do
     /// not, and the service then does not compile (keep the default for those). The statuses,
     /// headers and bodies are the same bytes either way.
