@@ -159,6 +159,26 @@ async fn retry_after_is_exact_and_rounded_up_over_http() {
     assert_eq!(r.retry_after.as_deref(), Some("0"));
 }
 
+/// Three requests to three paths of `/api/v1/items/{id}` fill an endpoint limit of 3 (the
+/// remaining count falling 2, 1, 0), and a fourth path is denied by the endpoint tier: one key,
+/// the template's, holding three entries.
+async fn fill_the_item_template(client: &reqwest::Client, base: &str, store: &MemoryStore) {
+    for id in 1..=3 {
+        let r = get_as(client, &format!("{base}/api/v1/items/{id}"), None).await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(r.remaining.as_deref(), Some((3 - id).to_string().as_str()));
+    }
+    let r = get_as(client, &format!("{base}/api/v1/items/99"), None).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(r.body.contains("\"policy\":\"endpoint\""), "{}", r.body);
+    assert_eq!(store.entries(Tier::Endpoint, "/api/v1/items/%7Bid%7D"), 3);
+    assert_eq!(
+        store.tracked_keys(),
+        1,
+        "one key for the template, none per path"
+    );
+}
+
 #[tokio::test]
 async fn route_templates_share_one_endpoint_key() {
     let store = MemoryStore::new();
@@ -168,19 +188,7 @@ async fn route_templates_share_one_endpoint_key() {
     let app = items_router().route_layer(RateLimitLayer::from_limiter(limiter));
     let base = serve(app, true).await;
     let client = reqwest::Client::new();
-    for id in 1..=3 {
-        let r = get_as(&client, &format!("{base}/api/v1/items/{id}"), None).await;
-        assert_eq!(r.status, StatusCode::OK);
-    }
-    let r = get_as(&client, &format!("{base}/api/v1/items/99"), None).await;
-    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
-    assert!(r.body.contains("\"policy\":\"endpoint\""), "{}", r.body);
-    assert_eq!(store.entries(Tier::Endpoint, "/api/v1/items/%7Bid%7D"), 3);
-    assert_eq!(
-        store.tracked_keys(),
-        1,
-        "one key for the template, none per path"
-    );
+    fill_the_item_template(&client, &base, &store).await;
     // The list route is another endpoint.
     let r = get_as(&client, &format!("{base}/api/v1/items"), None).await;
     assert_eq!(r.status, StatusCode::OK);
@@ -212,20 +220,7 @@ async fn a_layer_on_one_handler_counts_under_its_route_template() {
         .nest("/api/v2", nested);
     let base = serve(app, true).await;
     let client = reqwest::Client::new();
-    for id in 1..=3 {
-        let r = get_as(&client, &format!("{base}/api/v1/items/{id}"), None).await;
-        assert_eq!(r.status, StatusCode::OK);
-        assert_eq!(r.remaining.as_deref(), Some((3 - id).to_string().as_str()));
-    }
-    let r = get_as(&client, &format!("{base}/api/v1/items/99"), None).await;
-    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
-    assert!(r.body.contains("\"policy\":\"endpoint\""), "{}", r.body);
-    assert_eq!(store.entries(Tier::Endpoint, "/api/v1/items/%7Bid%7D"), 3);
-    assert_eq!(
-        store.tracked_keys(),
-        1,
-        "one key for the template, none per path"
-    );
+    fill_the_item_template(&client, &base, &store).await;
     // The other route's handler has no layer.
     let r = get_as(&client, &format!("{base}/api/v1/items"), None).await;
     assert_eq!(r.status, StatusCode::OK);
