@@ -70,9 +70,9 @@ type CostFn = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
 /// - **Endpoint:** axum's [`MatchedPath`](axum::extract::MatchedPath), the route *template*
 ///   (`/api/v1/items/{id}`), never the raw path. A request that matched no route (a 404 under
 ///   `Router::layer`, a fallback handler's, or this layer wrapped around a whole router from
-///   outside) uses one fixed
-///   endpoint key, so random paths never create keys. [`endpoint`](Self::endpoint) replaces
-///   this, for services other than axum (a gRPC method, say).
+///   outside) uses one fixed endpoint key, so random paths never create keys.
+///   [`endpoint`](Self::endpoint) replaces this, for services other than axum (a gRPC method,
+///   say).
 /// - **Allowed:** the inner response, with `X-RateLimit-Remaining` and `Retry-After: 0` added
 ///   (allowed only by [shadow mode](crate::RateLimitConfigBuilder::shadow): `0` and the
 ///   `Retry-After` enforcement would have sent; no tier applied: no rate-limit header).
@@ -187,10 +187,9 @@ impl<A> RateLimitLayer<A> {
     /// the rate-limit headers added, and a rejection's body is made with the body type's
     /// `From<Bytes>`. For inner services whose body has one: axum's `Body` (a `Router`'s
     /// routes, under `route_layer` or `layer`, or a handler's), `http_body_util::Full<Bytes>`,
-    /// ... The inner
-    /// body must implement `From<Bytes>`: hyper's `Incoming` (a proxy's) and tonic's `Body` do
-    /// not, and the service then does not compile (keep the default for those). The statuses,
-    /// headers and bodies are the same bytes either way.
+    /// ... The inner body must implement `From<Bytes>`: hyper's `Incoming` (a proxy's) and
+    /// tonic's `Body` do not, and the service then does not compile (keep the default for
+    /// those). The statuses, headers and bodies are the same bytes either way.
     ///
     /// axum boxes every response body that is not its own `Body`, so under axum this saves an
     /// allocation and a layer of indirection on every allowed response (a rejection's body is
