@@ -159,6 +159,36 @@ async fn retry_after_is_exact_and_rounded_up_over_http() {
     assert_eq!(r.retry_after.as_deref(), Some("0"));
 }
 
+/// A memory store and a limiter on it with an endpoint limit of 3 a minute (no user or global
+/// tier).
+fn endpoint_limit_of_three() -> (MemoryStore, RateLimiter) {
+    let store = MemoryStore::new();
+    let limiter = RateLimiter::builder(config(0, 3, 0))
+        .memory_store(store.clone())
+        .build();
+    (store, limiter)
+}
+
+/// Three requests to three paths no route matches, answered `status`, fill an endpoint limit
+/// of 3 (the remaining count falling 2, 1, 0), and a fourth path is denied: one key, the fixed
+/// key of unmatched requests, holding three entries.
+async fn fill_the_unmatched_key(
+    client: &reqwest::Client,
+    base: &str,
+    status: StatusCode,
+    store: &MemoryStore,
+) {
+    for i in 0..3 {
+        let r = get_as(client, &format!("{base}/random/{i}/path"), None).await;
+        assert_eq!(r.status, status);
+        assert_eq!(r.remaining.as_deref(), Some((2 - i).to_string().as_str()));
+    }
+    let r = get_as(client, &format!("{base}/yet/another"), None).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(store.entries(Tier::Endpoint, "@unmatched"), 3);
+    assert_eq!(store.tracked_keys(), 1, "random paths never create keys");
+}
+
 /// Three requests to three paths of `/api/v1/items/{id}` fill an endpoint limit of 3 (the
 /// remaining count falling 2, 1, 0), and a fourth path is denied by the endpoint tier: one key,
 /// the template's, holding three entries.
@@ -181,10 +211,7 @@ async fn fill_the_item_template(client: &reqwest::Client, base: &str, store: &Me
 
 #[tokio::test]
 async fn route_templates_share_one_endpoint_key() {
-    let store = MemoryStore::new();
-    let limiter = RateLimiter::builder(config(0, 3, 0))
-        .memory_store(store.clone())
-        .build();
+    let (store, limiter) = endpoint_limit_of_three();
     let app = items_router().route_layer(RateLimitLayer::from_limiter(limiter));
     let base = serve(app, true).await;
     let client = reqwest::Client::new();
@@ -202,10 +229,7 @@ async fn route_templates_share_one_endpoint_key() {
 #[tokio::test]
 async fn a_layer_on_one_handler_counts_under_its_route_template() {
     use axum::handler::Handler;
-    let store = MemoryStore::new();
-    let limiter = RateLimiter::builder(config(0, 3, 0))
-        .memory_store(store.clone())
-        .build();
+    let (store, limiter) = endpoint_limit_of_three();
     let layer = RateLimitLayer::from_limiter(limiter).inner_body();
     let nested = Router::new().route(
         "/items/{id}",
@@ -255,23 +279,12 @@ async fn a_layer_on_one_handler_counts_under_its_route_template() {
 #[tokio::test]
 async fn a_layer_on_a_fallback_handler_counts_under_one_fixed_key() {
     use axum::handler::Handler;
-    let store = MemoryStore::new();
-    let limiter = RateLimiter::builder(config(0, 3, 0))
-        .memory_store(store.clone())
-        .build();
+    let (store, limiter) = endpoint_limit_of_three();
     let layer = RateLimitLayer::from_limiter(limiter).inner_body();
     let app = items_router().fallback((|| async { "fallback" }).layer(layer));
     let base = serve(app, true).await;
     let client = reqwest::Client::new();
-    for i in 0..3 {
-        let r = get_as(&client, &format!("{base}/random/{i}"), None).await;
-        assert_eq!(r.status, StatusCode::OK);
-        assert_eq!(r.remaining.as_deref(), Some((2 - i).to_string().as_str()));
-    }
-    let r = get_as(&client, &format!("{base}/another/path"), None).await;
-    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(store.entries(Tier::Endpoint, "@unmatched"), 3);
-    assert_eq!(store.tracked_keys(), 1, "random paths never create keys");
+    fill_the_unmatched_key(&client, &base, StatusCode::OK, &store).await;
     // The routes have no layer.
     let r = get_as(&client, &format!("{base}/api/v1/items/1"), None).await;
     assert_eq!(r.status, StatusCode::OK);
@@ -280,21 +293,11 @@ async fn a_layer_on_a_fallback_handler_counts_under_one_fixed_key() {
 
 #[tokio::test]
 async fn unmatched_paths_share_one_fixed_key_under_router_layer() {
-    let store = MemoryStore::new();
-    let limiter = RateLimiter::builder(config(0, 3, 0))
-        .memory_store(store.clone())
-        .build();
+    let (store, limiter) = endpoint_limit_of_three();
     let app = items_router().layer(RateLimitLayer::from_limiter(limiter));
     let base = serve(app, true).await;
     let client = reqwest::Client::new();
-    for i in 0..3 {
-        let r = get_as(&client, &format!("{base}/random/{i}/path"), None).await;
-        assert_eq!(r.status, StatusCode::NOT_FOUND);
-        assert_eq!(r.remaining.as_deref(), Some((2 - i).to_string().as_str()));
-    }
-    let r = get_as(&client, &format!("{base}/yet/another"), None).await;
-    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(store.tracked_keys(), 1, "random paths never create keys");
+    fill_the_unmatched_key(&client, &base, StatusCode::NOT_FOUND, &store).await;
     // Matched routes have their own key.
     let r = get_as(&client, &format!("{base}/api/v1/items/1"), None).await;
     assert_eq!(r.status, StatusCode::OK);
