@@ -7,7 +7,9 @@ benches/results/http.csv and redis.csv (written by benches/http.sh and benches/r
 docs/benchmarks.png (needs matplotlib: `pip install matplotlib`).
 
 HTTP_CSV and REDIS_CSV name other files in benches/results to draw instead (a run kept
-under its own name, e.g. HTTP_CSV=http-morning.csv).
+under its own name, e.g. HTTP_CSV=http-morning.csv). CHECK_MD names a file in benches/results
+holding what benches/check.sh printed (e.g. CHECK_MD=check-amd-29.md): the memory table and
+panel then take the medians over its rounds instead of criterion's last round.
 """
 import os
 import csv
@@ -29,8 +31,30 @@ def criterion_ns(group, function, param):
     return est["median"]["point_estimate"], est["median"]["confidence_interval"]
 
 
+def check_md_medians(name):
+    """The median rows of benches/check.sh's table in benches/results/NAME: {group: (ours, governor)}."""
+    path = RESULTS / name
+    if not path.exists():
+        sys.exit(f"CHECK_MD: {path} does not exist")
+    medians = {}
+    for line in path.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[3].endswith("x"):
+            try:
+                medians[cells[0]] = (float(cells[1]), float(cells[2]))
+            except ValueError:
+                continue
+    if not medians:
+        sys.exit(f"CHECK_MD: no median table of benches/check.sh in {path}")
+    return medians
+
+
 def memory_table():
     rows = []
+    check_md = os.environ.get("CHECK_MD")
+    medians = check_md_medians(check_md) if check_md else None
+    if check_md:
+        print(f"(memory: the medians of the rounds in benches/results/{check_md})", file=sys.stderr)
     cases = [
         ("hot_keys_1_thread", "memory", "one thread, one set of hot keys", "governor_keyed_x3"),
         ("two_threads_same_keys", "memory", "two threads, same keys", "governor_keyed_x3"),
@@ -39,8 +63,13 @@ def memory_table():
     print("| case | tiered-ratelimit (ns/check) | governor keyed ×3 (ns/check) | ratio |")
     print("|---|---:|---:|---:|")
     for group, param, label, baseline in cases:
-        ours = criterion_ns(group, "tiered_ratelimit", param)
-        base = criterion_ns(group, baseline, param)
+        if medians is not None:
+            if group not in medians:
+                continue
+            ours, base = ((m, None) for m in medians[group])
+        else:
+            ours = criterion_ns(group, "tiered_ratelimit", param)
+            base = criterion_ns(group, baseline, param)
         if ours and base:
             ratio = ours[0] / base[0]
             rows.append((label, ours[0], base[0]))
