@@ -3,13 +3,16 @@
 
 Reads criterion's estimates (target/criterion/*/*/*/new/estimates.json, written by
 `cargo bench -p tiered-ratelimit-benches --bench check`) and, when present,
-benches/results/http.csv and redis.csv (written by benches/http.sh and benches/redis.sh). Prints markdown tables and writes
-docs/benchmarks.png (needs matplotlib: `pip install matplotlib`).
+benches/results/http.csv and redis.csv (written by benches/http.sh and benches/redis.sh).
+Prints markdown tables and writes docs/benchmarks.png (needs matplotlib: `pip install
+matplotlib`).
 
 HTTP_CSV and REDIS_CSV name other files in benches/results to draw instead (a run kept
 under its own name, e.g. HTTP_CSV=http-morning.csv). CHECK_MD names a file in benches/results
-holding what benches/check.sh printed (e.g. CHECK_MD=check-amd-29.md): the memory table and
-panel then take the medians over its rounds instead of criterion's last round.
+holding the closing table benches/check.sh printed, once (e.g. CHECK_MD=check-amd-29.md): the
+three target cases' table and panel then take each side's median over its rounds, and the
+median of the rounds' own ratios, instead of criterion's last round. The live-entries table
+always comes from criterion's estimates.
 """
 import os
 import csv
@@ -31,21 +34,36 @@ def criterion_ns(group, function, param):
     return est["median"]["point_estimate"], est["median"]["confidence_interval"]
 
 
+CHECK_HEADER = "| case | ours (ns/check), median of rounds |"
+CHECK_CASES = ("hot_keys_1_thread", "two_threads_same_keys", "two_threads_100k_users")
+
+
 def check_md_medians(name):
-    """The median rows of benches/check.sh's table in benches/results/NAME: {group: (ours, governor)}."""
+    """benches/check.sh's closing table in benches/results/NAME, which must hold it once with
+    the three target cases: {case: (ours, governor, ratio)}, each side's median over the rounds
+    and the median of the rounds' own ratios. Exits with a message otherwise."""
     path = RESULTS / name
     if not path.exists():
         sys.exit(f"CHECK_MD: {path} does not exist")
+    lines = path.read_text().splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(CHECK_HEADER)]
+    if len(starts) != 1:
+        sys.exit(
+            f"CHECK_MD: {path} holds {len(starts)} tables of benches/check.sh, not one "
+            f"(a table starts with {CHECK_HEADER!r})"
+        )
     medians = {}
-    for line in path.read_text().splitlines():
+    for line in lines[starts[0] + 2 :]:
+        if not line.startswith("|"):
+            break
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 4 and cells[3].endswith("x"):
-            try:
-                medians[cells[0]] = (float(cells[1]), float(cells[2]))
-            except ValueError:
-                continue
-    if not medians:
-        sys.exit(f"CHECK_MD: no median table of benches/check.sh in {path}")
+        try:
+            medians[cells[0]] = (float(cells[1]), float(cells[2]), float(cells[3].rstrip("x")))
+        except (IndexError, ValueError):
+            sys.exit(f"CHECK_MD: {path}: a row of benches/check.sh's table not understood: {line}")
+    missing = [case for case in CHECK_CASES if case not in medians]
+    if missing:
+        sys.exit(f"CHECK_MD: {path}: benches/check.sh's table lacks {', '.join(missing)}")
     return medians
 
 
@@ -60,20 +78,22 @@ def memory_table():
         ("two_threads_same_keys", "memory", "two threads, same keys", "governor_keyed_x3"),
         ("two_threads_100k_users", "memory", "two threads, 100,000 users", "governor_keyed_x3"),
     ]
-    print("| case | tiered-ratelimit (ns/check) | governor keyed ×3 (ns/check) | ratio |")
-    print("|---|---:|---:|---:|")
-    for group, param, label, baseline in cases:
-        if medians is not None:
-            if group not in medians:
-                continue
-            ours, base = ((m, None) for m in medians[group])
-        else:
+    if medians is not None:
+        print("| case | tiered-ratelimit (ns/check), median of rounds | governor keyed ×3 (ns/check), median of rounds | ratio, median of the rounds' ratios |")
+        print("|---|---:|---:|---:|")
+        for group, _, label, _ in cases:
+            ours, base, ratio = medians[group]
+            rows.append((label, ours, base))
+            print(f"| {label} | {ours:.1f} | {base:.1f} | {ratio:.2f}x |")
+    else:
+        print("| case | tiered-ratelimit (ns/check) | governor keyed ×3 (ns/check) | ratio |")
+        print("|---|---:|---:|---:|")
+        for group, param, label, baseline in cases:
             ours = criterion_ns(group, "tiered_ratelimit", param)
             base = criterion_ns(group, baseline, param)
-        if ours and base:
-            ratio = ours[0] / base[0]
-            rows.append((label, ours[0], base[0]))
-            print(f"| {label} | {ours[0]:.1f} | {base[0]:.1f} | {ratio:.2f}x |")
+            if ours and base:
+                rows.append((label, ours[0], base[0]))
+                print(f"| {label} | {ours[0]:.1f} | {base[0]:.1f} | {ours[0] / base[0]:.2f}x |")
     ten = criterion_ns("live_entries_per_key", "tiered_ratelimit", 10)
     million = criterion_ns("live_entries_per_key", "tiered_ratelimit", 1000000)
     if ten and million:
