@@ -319,8 +319,49 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     /// Starts three masters and waits until the cluster is `ok` on each.
+    ///
+    /// A fresh node was once found not empty when `redis-cli --cluster create` looked at it, in
+    /// CI, in two tests at once at the start of a test binary, while the previous binary's
+    /// shared cluster could still be alive (its watchdog polled every half second; now every
+    /// 50 ms). Such a start is told on stderr, with what each node knew, and made again with
+    /// new nodes on new ports; any other failure fails at once.
     pub fn start() -> Self {
-        let nodes: Vec<RedisServer> = (0..3)
+        for attempt in 1..=5 {
+            let nodes = Self::start_nodes();
+            let addrs: Vec<String> = nodes
+                .iter()
+                .map(|n| format!("127.0.0.1:{}", n.port()))
+                .collect();
+            let out = Command::new("redis-cli")
+                .args(["--cluster", "create"])
+                .args(&addrs)
+                .args(["--cluster-replicas", "0", "--cluster-yes"])
+                .output()
+                .expect("run redis-cli --cluster create");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            if out.status.success() {
+                return Self::joined(nodes);
+            }
+            assert!(
+                stdout.contains("is not empty") && attempt < 5,
+                "cluster create failed: {stdout}"
+            );
+            eprintln!("cluster create, attempt {attempt}, met a node not empty: {stdout}");
+            for n in &nodes {
+                eprintln!(
+                    "  node {}: DBSIZE {}, CLUSTER NODES:\n{}",
+                    n.port(),
+                    n.cli(&["DBSIZE"]).trim(),
+                    n.cli(&["CLUSTER", "NODES"])
+                );
+            }
+        }
+        unreachable!("the last attempt asserts")
+    }
+
+    /// Three fresh `redis-server --cluster-enabled yes` processes, not joined yet.
+    fn start_nodes() -> Vec<RedisServer> {
+        (0..3)
             .map(|_| {
                 RedisServer::start_with(&[
                     "--cluster-enabled",
@@ -336,22 +377,11 @@ impl RedisCluster {
                     "15000",
                 ])
             })
-            .collect();
-        let addrs: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port()))
-            .collect();
-        let out = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .output()
-            .expect("run redis-cli --cluster create");
-        assert!(
-            out.status.success(),
-            "cluster create failed: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
+            .collect()
+    }
+
+    /// `nodes`, joined by `redis-cli --cluster create`, once the cluster is `ok` on each.
+    fn joined(nodes: Vec<RedisServer>) -> Self {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let ok = nodes
@@ -378,7 +408,7 @@ impl RedisCluster {
                 .filter_map(|n| n.pid().map(|p| p.to_string()))
                 .collect();
             let script = format!(
-                "while kill -0 {} 2>/dev/null; do sleep 0.5; done; kill -9 {} 2>/dev/null",
+                "while kill -0 {} 2>/dev/null; do sleep 0.05; done; kill -9 {} 2>/dev/null",
                 std::process::id(),
                 pids.join(" ")
             );
