@@ -107,7 +107,6 @@ impl TestBackend {
                 .redis_url(cluster.url())
                 .redis_command_timeout(Duration::from_secs(2))
                 .redis_connect_timeout(Duration::from_secs(10))
-                .redis_connect_timeout(Duration::from_secs(10))
                 .redis_time_source(TimeSource::App)
                 .build()
                 .expect("valid config"),
