@@ -112,6 +112,20 @@ async fn round_trips_per_check_on_the_cluster() {
     assert_eq!(l.check("u", "/e").await.blocked_by(), Some(Tier::Endpoint));
     assert_eq!(cluster.command_calls("evalsha") - evals, 7);
     assert_eq!(cluster.command_calls("zrem") - zrems, 0);
+    // Denied by the third tier: three EVALSHAs of the check, then the two reservations before
+    // it rolled back, sent together: one EVALSHA of the rollback script each, whose ZREM
+    // Redis counts too.
+    // (The first rollback on a master also loads the script there: NOSCRIPT, then again.)
+    let l = limiter(config(cluster, "rt3", 10, 10, 1), &clock).await;
+    assert!(l.check("a", "/x").await.allowed());
+    assert_eq!(l.check("b", "/y").await.blocked_by(), Some(Tier::Global));
+    let (evals, zrems) = (
+        cluster.command_calls("evalsha"),
+        cluster.command_calls("zrem"),
+    );
+    assert_eq!(l.check("b", "/y").await.blocked_by(), Some(Tier::Global));
+    assert_eq!(cluster.command_calls("evalsha") - evals, 3 + 2);
+    assert_eq!(cluster.command_calls("zrem") - zrems, 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -124,7 +138,8 @@ async fn a_later_tier_denial_rolls_back_the_earlier_reservations() {
     let zrems = cluster.command_calls("zrem");
     let d = l.check("c", "/z").await;
     assert_eq!(d.blocked_by(), Some(Tier::Global));
-    // User and endpoint reserved, then rolled back: one ZREM each, nothing left.
+    // User and endpoint reserved, then rolled back: one ZREM each (in the rollback script),
+    // nothing left.
     assert_eq!(cluster.command_calls("zrem") - zrems, 2);
     for key in ["rb:user:c", "rb:endpoint:/z"] {
         assert_eq!(cluster.cli_for(key, &["ZCARD", key]).trim(), "0", "{key}");

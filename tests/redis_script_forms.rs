@@ -29,12 +29,7 @@ async fn connected(server: &RedisServer, user_limit: u64, clock: &ManualClock) -
 
 /// The key's members and scores, oldest first.
 fn entries(server: &RedisServer, key: &str) -> Vec<(String, u64)> {
-    let out = server.cli(&["ZRANGE", key, "0", "-1", "WITHSCORES"]);
-    let lines: Vec<&str> = out.lines().filter(|l| !l.is_empty()).collect();
-    lines
-        .chunks(2)
-        .map(|p| (p[0].to_owned(), p[1].trim().parse().unwrap()))
-        .collect()
+    common::script::scored_members(&server.cli(&["ZRANGE", key, "0", "-1", "WITHSCORES"]))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -36,3 +36,13 @@ pub fn strings(reply: &Value) -> Vec<String> {
 pub fn recorded(reply: &[String]) -> bool {
     matches!(reply.first().map(String::as_str), Some("1" | "4"))
 }
+
+/// A key's members and scores, oldest first, from what redis-cli prints for
+/// `ZRANGE key 0 -1 WITHSCORES`.
+pub fn scored_members(out: &str) -> Vec<(String, u64)> {
+    let lines: Vec<&str> = out.lines().filter(|l| !l.is_empty()).collect();
+    lines
+        .chunks(2)
+        .map(|p| (p[0].to_owned(), p[1].trim().parse().unwrap()))
+        .collect()
+}

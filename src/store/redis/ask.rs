@@ -16,12 +16,11 @@
 //! `[slot-<-source]`) and sends `ASKING` and the command there, back to back, on a plain
 //! connection of its own. Remove it once fred follows ASK.
 
-use fred::prelude::{
-    Client, ClientLike, ConnectionConfig, Error as FredError, ErrorKind, SortedSetsInterface,
-};
+use fred::prelude::{Client, ClientLike, ConnectionConfig, Error as FredError, ErrorKind};
 use fred::types::{ClusterHash, CustomCommand, Value};
 
 use super::super::StoreError;
+use super::rollback::{self, Reservation, ROLLBACK};
 use super::{connection, fred_error, script, Connections};
 use crate::config::RedisConfig;
 
@@ -53,8 +52,9 @@ impl AskClients {
 enum Redirected<'a> {
     /// The script (`EVALSHA sha 1 key args..`), with its arguments.
     Script { sha: &'a str, args: &'a [String] },
-    /// A rollback's `ZREM key member`.
-    Zrem { member: &'a str },
+    /// A rollback (`EVAL source 1 key args..`: sent whole, since the importing master may not
+    /// have loaded it).
+    Rollback { args: &'a [String] },
 }
 
 impl Connections {
@@ -117,14 +117,18 @@ impl Connections {
         }
     }
 
-    /// `ZREM key member` on a cluster, following an ASK.
-    pub(super) async fn zrem_one(&self, key: &str, member: &str) -> Result<(), StoreError> {
-        let result: Result<i64, FredError> = self.client.zrem(key, member).await;
+    /// The rollback script for `reservation` on a cluster, following an ASK.
+    pub(super) async fn roll_back_one(&self, reservation: &Reservation) -> Result<(), StoreError> {
+        let key = reservation.key.as_str();
+        let args = reservation.args();
+        let result: Result<Value, FredError> = ROLLBACK
+            .evalsha_with_reload(&self.client, vec![key], args.clone())
+            .await;
         let failed = |e| fred_error("rolling back a reservation failed", e);
         match result {
             Ok(_) => Ok(()),
             Err(e) if *e.kind() == ErrorKind::Routing => {
-                match self.asking(key, Redirected::Zrem { member }).await {
+                match self.asking(key, Redirected::Rollback { args: &args }).await {
                     Some(reply) => reply.map(|_| ()),
                     None => Err(failed(e)),
                 }
@@ -194,17 +198,17 @@ async fn send(
     key: &str,
     command: Redirected<'_>,
 ) -> Result<Vec<Value>, FredError> {
-    match command {
-        Redirected::Script { sha, args } => {
-            let mut full: Vec<String> = Vec::with_capacity(args.len() + 3);
-            full.extend([sha.to_owned(), "1".to_owned(), key.to_owned()]);
-            full.extend(args.iter().cloned());
-            client.custom(custom("EVALSHA"), full).await
-        }
-        Redirected::Zrem { member } => client
-            .custom::<i64, _>(custom("ZREM"), vec![key, member])
-            .await
-            .map(|n| vec![Value::Integer(n)]),
+    // `EVALSHA sha 1 key args..` or `EVAL source 1 key args..`.
+    let (name, script, args) = match command {
+        Redirected::Script { sha, args } => ("EVALSHA", sha, args),
+        Redirected::Rollback { args } => ("EVAL", rollback::SOURCE, args),
+    };
+    let mut full: Vec<String> = Vec::with_capacity(args.len() + 3);
+    full.extend([script.to_owned(), "1".to_owned(), key.to_owned()]);
+    full.extend(args.iter().cloned());
+    match client.custom::<Value, _>(custom(name), full).await? {
+        Value::Array(values) => Ok(values),
+        value => Ok(vec![value]),
     }
 }
 

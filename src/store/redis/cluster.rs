@@ -3,7 +3,7 @@
 //! The tiers' keys live in different slots (and usually on different nodes), so one script
 //! cannot see them all. The script runs per tier, in tier order, on the node owning that key;
 //! when a later tier denies, the entries this request recorded in the earlier tiers are removed
-//! again (by their unique member), so a denied request spends no quota. Never over-admits; a
+//! again (see `rollback`), so a denied request spends no quota. Never over-admits; a
 //! concurrent request may be denied by a reservation that is then rolled back.
 
 use std::time::Duration;
@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::super::{StoreError, StoreOutcome, StoreRequest, TierCheck};
 use super::blocks;
 use super::reply::{conclude, Found, Reply};
+use super::rollback::Reservation;
 use super::script;
 use super::sharded::Walk;
 use super::RedisStore;
@@ -45,8 +46,8 @@ impl RedisStore {
             }
         }
         let mut checks = req.tiers.to_vec();
-        // (key, member) of every tier this request was recorded in so far.
-        let mut recorded: Vec<(String, String)> = Vec::with_capacity(req.tiers.len());
+        // What this request reserved in the tiers so far.
+        let mut recorded: Vec<Reservation> = Vec::with_capacity(req.tiers.len());
         let mut found: Vec<Found> = Vec::with_capacity(req.tiers.len());
         // Each node may read its own clock (Redis TIME): every tier's times are moved onto
         // the first tier's `now`, so the facts speak of one moment.
@@ -95,9 +96,7 @@ impl RedisStore {
                 return conclude(&checks, &found, false, base, req);
             }
             // A full shadow tier records nothing: there is no member to roll back.
-            if let Some(member) = reply.member {
-                recorded.push((key, member));
-            }
+            recorded.extend(Reservation::of(&key, reply.member, req.cost, reply.now));
         }
         let now = first_now.unwrap_or_default();
         conclude(&checks, &found, true, now, req)
@@ -164,24 +163,5 @@ impl RedisStore {
             found = Some(found.map_or((*tier, ms), |(first, l)| (first, l.max(ms))));
         }
         found
-    }
-
-    /// Removes this request's entries (one member per key) again, all at once.
-    ///
-    /// A member removed from the middle of a key's log (a later request was recorded after
-    /// it) leaves its cost in the running totals of the later members, so the key counts that
-    /// cost until they expire: stricter for a while, never looser.
-    pub(super) async fn roll_back(&self, recorded: &[(String, String)]) -> Result<(), StoreError> {
-        for (key, _) in recorded {
-            self.inner.denials.forget(key); // a unit may be free again
-        }
-        // Sent together: fred pipelines them, one round trip per node.
-        let removals = recorded
-            .iter()
-            .map(|(key, member)| self.inner.zrem_one(key, member));
-        futures_util::future::join_all(removals)
-            .await
-            .into_iter()
-            .collect()
     }
 }

@@ -42,6 +42,7 @@ mod connection;
 mod denial_cache;
 mod invalidation;
 mod reply;
+mod rollback;
 mod script;
 mod sharded;
 #[cfg(feature = "tls")]

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use super::super::{StoreError, StoreRequest, TierCheck};
 use super::denial_cache::Terms;
 use super::reply::Found;
+use super::rollback::Reservation;
 use super::RedisStore;
 use crate::algorithm::until_gone;
 use crate::clock::saturating_micros;
@@ -62,7 +63,7 @@ pub(super) enum Walk {
     Facts {
         cap: u64,
         found: Found,
-        members: Vec<(String, String)>,
+        members: Vec<Reservation>,
     },
     /// Every shard denied (or was known full): the wait until the first frees.
     Denied(Duration),
@@ -128,7 +129,9 @@ impl RedisStore {
             if f.count.saturating_add(req.cost) <= cap {
                 // Room, maybe under another window than a remembered denial of it.
                 denials.forget_admitted(key);
-                let members = reply.member.map(|m| (key.clone(), m)).into_iter().collect();
+                let members = Reservation::of(key, reply.member, req.cost, reply.now)
+                    .into_iter()
+                    .collect();
                 return Ok(Walk::Facts {
                     cap,
                     found,
@@ -194,7 +197,7 @@ impl RedisStore {
                 return Ok(None);
             }
             self.inner.denials.forget_admitted(key);
-            members.extend(reply.member.map(|m| (key.clone(), m)));
+            members.extend(Reservation::of(key, reply.member, units, reply.now));
             cap += check.limit;
             count += found.count;
             oldest = match (oldest, found.oldest) {

@@ -1,0 +1,380 @@
+//! A cluster's rollback when a concurrent check renamed the reservation before it (docs/REDIS.md,
+//! "Redis Cluster"). On a cluster a request is reserved tier by tier and, when a later tier
+//! denies it, removed again from the earlier tiers; a check of the same key in between may
+//! rename the reserved member (a plain key taking the totals form, a rebase, an entry moved back
+//! from the future). A denied request must still leave nothing behind, and the rollback must
+//! never free more than the reservation.
+//!
+//! Each test makes the race happen, not hope for it: the master owning the denying endpoint key
+//! is stopped (SIGSTOP) while request A waits there, after A's user entry is recorded; check B
+//! renames that entry on another master; then the master resumes, the endpoint denies A, and A
+//! is rolled back.
+#![cfg(feature = "redis")]
+
+mod common;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::script::scored_members;
+use common::{RedisCluster, RedisServer};
+use tiered_ratelimit::config::MAX_LIMIT;
+use tiered_ratelimit::{Backend, Decision, ManualClock, RateLimitConfig, RateLimiter, Tier};
+use tokio::sync::{Mutex, MutexGuard};
+
+const MINUTE: Duration = Duration::from_secs(60);
+const US: Duration = Duration::from_micros(1);
+const T0: Duration = Duration::from_secs(1_700_000_000);
+
+/// A prefix no other test of this binary uses.
+fn fresh_prefix() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("rb{}", N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A limiter on the shared cluster with these limits (no global tier), its keys under
+/// `prefix`, on `clock`. Its commands wait long enough for a master stopped on purpose.
+async fn limiter(prefix: &str, user: u64, endpoint: u64, clock: &ManualClock) -> RateLimiter {
+    let config = RateLimitConfig::builder()
+        .window(MINUTE)
+        .user_limit(user)
+        .endpoint_limit(endpoint)
+        .global_limit(0)
+        .key_prefix(prefix)
+        .redis_url(RedisCluster::shared().url())
+        .redis_time_source(tiered_ratelimit::TimeSource::App)
+        .redis_command_timeout(Duration::from_secs(20))
+        .redis_connect_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let limiter = RateLimiter::builder(config).clock(clock.clone()).build();
+    limiter.wait_connected().await;
+    assert_eq!(limiter.backend(), Backend::Redis);
+    limiter
+}
+
+/// The keys of one race: the user (`user`, its key on a master other than `stopped`), the
+/// route whose endpoint key `stopped` owns (`full`), a route on another master (`free`).
+struct Race {
+    prefix: String,
+    stopped: usize,
+    user: String,
+    /// The master owning the user key (asked before any is stopped: `owner_of` asks them all).
+    user_node: usize,
+    full: String,
+    free: String,
+}
+
+/// Resumes the stopped master when dropped, so that a failing test stops nothing for good.
+struct Resume(&'static RedisServer);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        self.0.resume();
+    }
+}
+
+/// One race at a time: a master stopped by one test would stall another's check B, and two
+/// tests could each wait for a master the other stopped.
+async fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static RACES: Mutex<()> = Mutex::const_new(());
+    RACES.lock().await
+}
+
+impl Race {
+    fn new() -> Self {
+        let cluster = RedisCluster::shared();
+        let prefix = fresh_prefix();
+        let key = |tier: &str, id: &str| format!("{prefix}:{tier}:{id}");
+        let stopped = cluster.owner_of(&key("endpoint", "/full"));
+        let elsewhere = |tier: &str, stem: &str| {
+            (0..)
+                .map(|i| format!("{stem}{i}"))
+                .find(|id| cluster.owner_of(&key(tier, id)) != stopped)
+                .unwrap()
+        };
+        let user = elsewhere("user", "u");
+        let user_node = cluster.owner_of(&key("user", &user));
+        let free = elsewhere("endpoint", "/free");
+        Self {
+            prefix,
+            stopped,
+            user,
+            user_node,
+            full: "/full".into(),
+            free,
+        }
+    }
+
+    fn user_key(&self) -> String {
+        format!("{}:user:{}", self.prefix, self.user)
+    }
+
+    /// The user key's members, oldest first.
+    fn user_entries(&self) -> Vec<(String, u64)> {
+        let key = self.user_key();
+        let node = &RedisCluster::shared().nodes[self.user_node];
+        scored_members(&node.cli(&["ZRANGE", &key, "0", "-1", "WITHSCORES"]))
+    }
+
+    /// Request A (`cost` units of the user on `rl`, on the route `full`, which denies it)
+    /// reserves its user entry, then waits at the stopped master while `b` runs; A's decision,
+    /// once the master resumes.
+    async fn run(&self, rl: &RateLimiter, cost: u64, b: impl Future<Output = ()>) -> Decision {
+        let (rl, user, full) = (rl.clone(), self.user.clone(), self.full.clone());
+        let a = async move { rl.check_n(&user, &full, cost).await };
+        let node = &RedisCluster::shared().nodes[self.stopped];
+        let before = self.user_entries();
+        node.pause();
+        let resume = Resume(node);
+        let a = tokio::spawn(a);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.user_entries() == before {
+            assert!(Instant::now() < deadline, "A never reserved its user entry");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        b.await;
+        drop(resume);
+        let a = a.await.unwrap();
+        assert!(!a.allowed(), "A: {a:?}");
+        assert_eq!(a.blocked_by(), Some(Tier::Endpoint), "A: {a:?}");
+        a
+    }
+}
+
+/// A plain user key takes the totals form under A's reservation (B costs 2): A's entry is
+/// renamed, and still goes; B's two units stay, exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_renamed_by_the_totals_form_is_removed() {
+    let _one = one_at_a_time().await;
+    let race = Race::new();
+    let clock = ManualClock::at(T0);
+    let rl = limiter(&race.prefix, 10, 10, &clock).await;
+    let filled = rl.check_n("filler", &race.full, 10).await;
+    assert!(filled.allowed(), "{filled:?}");
+    let b = async {
+        let b = rl.check_n(&race.user, &race.free, 2).await;
+        assert!(b.allowed(), "B: {b:?}");
+        // B saw A's unit: it was renamed, not gone.
+        assert_eq!(b.remaining(), 10 - 3);
+    };
+    race.run(&rl, 1, b).await;
+    let entries = race.user_entries();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert!(entries[0].0.ends_with(":2"), "B's entry stays: {entries:?}");
+    // Exactly B's two units are counted: eight more fit, a ninth does not.
+    let d = rl.check_n(&race.user, &race.free, 8).await;
+    assert!(d.allowed(), "{d:?}");
+    let d = rl.check(&race.user, &race.free).await;
+    assert_eq!(d.blocked_by(), Some(Tier::User), "{d:?}");
+}
+
+/// A clock behind moves A's plain entry back to its own time, under a new name (B, cost 1, of
+/// an instance 1 s behind): the stand-in goes, and one entry stays, at B's time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_moved_back_by_a_clock_behind_is_removed() {
+    let _one = one_at_a_time().await;
+    let race = Race::new();
+    let clock = ManualClock::at(T0);
+    let rl = limiter(&race.prefix, 10, 10, &clock).await;
+    let behind = ManualClock::at(T0 - Duration::from_secs(1));
+    let late = limiter(&race.prefix, 10, 10, &behind).await;
+    let filled = rl.check_n("filler", &race.full, 10).await;
+    assert!(filled.allowed(), "{filled:?}");
+    let b = async {
+        let b = late.check(&race.user, &race.free).await;
+        assert!(b.allowed(), "B: {b:?}");
+        assert_eq!(b.remaining(), 10 - 2);
+    };
+    race.run(&rl, 1, b).await;
+    let entries = race.user_entries();
+    let b_time = (T0 - Duration::from_secs(1)).as_micros() as u64;
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0].1, b_time, "{entries:?}");
+}
+
+/// B's clock is a window past A's reservation: B trims it (the reservation is gone) and records
+/// its own entry. The rollback then finds no entry of A's, and must not take B's, which is
+/// later than A's time, for one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_trimmed_by_a_clock_ahead_takes_nothing_else() {
+    let _one = one_at_a_time().await;
+    let race = Race::new();
+    let clock = ManualClock::at(T0);
+    let rl = limiter(&race.prefix, 10, 10, &clock).await;
+    let ahead = ManualClock::at(T0 + MINUTE + US);
+    let early = limiter(&race.prefix, 10, 10, &ahead).await;
+    let filled = rl.check_n("filler", &race.full, 10).await;
+    assert!(filled.allowed(), "{filled:?}");
+    let b = async {
+        let b = early.check(&race.user, &race.free).await;
+        assert!(b.allowed(), "B: {b:?}");
+        assert_eq!(b.remaining(), 10 - 1, "A's entry left B's window");
+    };
+    race.run(&rl, 1, b).await;
+    let entries = race.user_entries();
+    let b_time = (T0 + MINUTE + US).as_micros() as u64;
+    assert_eq!(entries.len(), 1, "B's entry stays: {entries:?}");
+    assert_eq!(entries[0].1, b_time, "{entries:?}");
+}
+
+/// A totals key is rebased under A's reservation (B's total would pass 2^52): every member is
+/// renamed, A's is removed all the same (an older entry of its cost stands in), and the key
+/// counts exactly the units of the requests admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_renamed_by_a_rebase_is_removed() {
+    const COST: u64 = MAX_LIMIT / 4; // 2^48: a running total passes 2^52 at the 17th
+    let _one = one_at_a_time().await;
+    let race = Race::new();
+    let clock = ManualClock::at(T0);
+    let rl = limiter(&race.prefix, MAX_LIMIT, MAX_LIMIT, &clock).await;
+    // Fifteen requests of the user, half a window (and 1 µs) apart: each window holds two, and
+    // the key is never empty, so its running total only grows (15 · 2^48).
+    let step = MINUTE / 2 + US;
+    for i in 0..15 {
+        if i > 0 {
+            clock.advance(step);
+        }
+        let d = rl.check_n(&race.user, &race.free, COST).await;
+        assert!(d.allowed(), "{i}: {d:?}");
+    }
+    clock.advance(step);
+    // The route A asks for is full at this time.
+    for _ in 0..4 {
+        assert!(rl.check_n("filler", &race.full, COST).await.allowed());
+    }
+    let b = async {
+        // The 15th, A (the 16th, its total exactly 2^52) and B.
+        let b = rl.check_n(&race.user, &race.free, COST).await;
+        assert!(b.allowed(), "B: {b:?}");
+        assert_eq!(b.remaining(), MAX_LIMIT - 3 * COST, "B saw A's entry");
+        let total = |m: &str| u64::from_str_radix(&m[..16], 16).unwrap();
+        let entries = race.user_entries();
+        assert!(
+            entries.iter().all(|(m, _)| total(m) <= 3 * COST),
+            "rebased: {entries:?}"
+        );
+    };
+    race.run(&rl, COST, b).await;
+    // The 15th and B: two entries, two units of COST; two more fit, a third does not.
+    let entries = race.user_entries();
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    for _ in 0..2 {
+        let d = rl.check_n(&race.user, &race.free, COST).await;
+        assert!(d.allowed(), "{d:?}");
+    }
+    let d = rl.check_n(&race.user, &race.free, COST).await;
+    assert_eq!(d.blocked_by(), Some(Tier::User), "{d:?}");
+}
+
+/// The rollback script alone, on a server of its own: which entry it takes, and which never.
+mod script {
+    use fred::types::scripts::Script;
+    use fred::types::Value;
+
+    use crate::common::script::{client, scored_members};
+    use crate::common::RedisServer;
+
+    const SOURCE: &str = include_str!("../src/store/redis/rollback.lua");
+
+    const A: &str = "0000000000000002:2";
+    const B: &str = "0000000000000003:1";
+    const C: &str = "0000000000000005:2";
+    /// A totals key: A (cost 2) at 5, B (cost 1) at 6, C (cost 2) at 7.
+    const TOTALS: &[(&str, u64)] = &[(A, 5), (B, 6), (C, 7)];
+    /// A plain key, with two members the limiter did not write.
+    const PLAIN: &[(&str, u64)] = &[("junk", 1), ("2:x", 1), ("3", 3), ("3-1", 3)];
+
+    /// One case: the key's entries, the reservation (member, cost, time), the reply, the
+    /// members left.
+    type Case = (
+        &'static str,
+        &'static [(&'static str, u64)],
+        (&'static str, u64, u64),
+        i64,
+        &'static [&'static str],
+    );
+
+    const CASES: &[Case] = &[
+        (
+            "by name first, whatever else matches",
+            TOTALS,
+            (B, 1, 9),
+            1,
+            &[A, C],
+        ),
+        (
+            "renamed: the oldest of its cost at or before its time",
+            TOTALS,
+            ("0000000000000009:2", 2, 7),
+            2,
+            &[B, C],
+        ),
+        (
+            "renamed, cost 1",
+            TOTALS,
+            ("0000000000000009:1", 1, 7),
+            2,
+            &[A, C],
+        ),
+        (
+            "none of its cost at or before its time: a later one never goes",
+            TOTALS,
+            ("0000000000000009:1", 1, 5),
+            0,
+            &[A, B, C],
+        ),
+        (
+            "no entry of its cost",
+            TOTALS,
+            ("0000000000000009:3", 3, 9),
+            0,
+            &[A, B, C],
+        ),
+        (
+            "plain: one unit each, never a member not the limiter's",
+            PLAIN,
+            ("9", 1, 9),
+            2,
+            &["2:x", "junk", "3-1"],
+        ),
+        (
+            "plain: no entry of cost 2",
+            PLAIN,
+            ("9", 2, 9),
+            0,
+            &["2:x", "junk", "3", "3-1"],
+        ),
+        ("a missing key stays missing", &[], ("9", 1, 9), 0, &[]),
+    ];
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_stand_in_is_the_oldest_entry_of_the_cost_no_later_than_the_reservation() {
+        let server = RedisServer::start();
+        let client = client(&server).await;
+        let script = Script::from_lua(SOURCE);
+        for (i, &(what, entries, (member, cost, at), reply, left)) in CASES.iter().enumerate() {
+            let key = format!("k{i}");
+            for (m, score) in entries {
+                server.cli(&["ZADD", &key, &score.to_string(), m]);
+            }
+            let args = vec![member.to_owned(), cost.to_string(), at.to_string()];
+            let got: Value = script
+                .evalsha_with_reload(&client, vec![key.clone()], args)
+                .await
+                .unwrap();
+            let members: Vec<String> =
+                scored_members(&server.cli(&["ZRANGE", &key, "0", "-1", "WITHSCORES"]))
+                    .into_iter()
+                    .map(|(m, _)| m)
+                    .collect();
+            assert_eq!(
+                (got.as_i64(), members),
+                (Some(reply), left.iter().map(|m| m.to_string()).collect()),
+                "{what}"
+            );
+        }
+        assert_eq!(server.cli(&["EXISTS", "k7"]).trim(), "0");
+    }
+}
