@@ -135,12 +135,11 @@ async fn a_later_tier_denial_rolls_back_the_earlier_reservations() {
     let l = limiter(config(cluster, "rb", 10, 10, 2), &clock).await;
     assert!(l.check("a", "/x").await.allowed());
     assert!(l.check("b", "/y").await.allowed());
-    let zrems = cluster.command_calls("zrem");
     let d = l.check("c", "/z").await;
     assert_eq!(d.blocked_by(), Some(Tier::Global));
-    // User and endpoint reserved, then rolled back: one ZREM each (in the rollback script),
-    // nothing left.
-    assert_eq!(cluster.command_calls("zrem") - zrems, 2);
+    // User and endpoint reserved, then rolled back: nothing left. (The rollbacks are counted
+    // in `round_trips_per_check_on_the_cluster`, on a cluster of its own: other tests of this
+    // file roll back on the shared one at the same time.)
     for key in ["rb:user:c", "rb:endpoint:/z"] {
         assert_eq!(cluster.cli_for(key, &["ZCARD", key]).trim(), "0", "{key}");
     }

@@ -171,9 +171,10 @@ async fn a_reservation_renamed_by_the_totals_form_is_removed() {
 }
 
 /// A clock behind moves A's plain entry back to its own time, under a new name (B, cost 1, of
-/// an instance 1 s behind): the stand-in goes, and one entry stays, at B's time.
+/// an instance 1 s behind). No entry has A's score any more: nothing stands in, and A's entry
+/// stays (stricter until it leaves the window, never looser): B's entry is not taken for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reservation_moved_back_by_a_clock_behind_is_removed() {
+async fn a_reservation_moved_back_by_a_clock_behind_stays_and_takes_nothing_else() {
     let _one = one_at_a_time().await;
     let race = Race::new();
     let clock = ManualClock::at(T0);
@@ -190,7 +191,36 @@ async fn a_reservation_moved_back_by_a_clock_behind_is_removed() {
     race.run(&rl, 1, b).await;
     let entries = race.user_entries();
     let b_time = (T0 - Duration::from_secs(1)).as_micros() as u64;
-    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    assert!(entries.iter().all(|e| e.1 == b_time), "{entries:?}");
+}
+
+/// The user's key is deleted (an operator's reset) while A waits, and an instance 1 ms behind
+/// records B for the user, at a time before A's. A's entry is gone: the rollback must take
+/// nothing, and B's entry, admitted after the reset, stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_deleted_by_a_reset_takes_nothing_else() {
+    let _one = one_at_a_time().await;
+    let race = Race::new();
+    let clock = ManualClock::at(T0);
+    let rl = limiter(&race.prefix, 10, 10, &clock).await;
+    let behind = ManualClock::at(T0 - Duration::from_millis(1));
+    let late = limiter(&race.prefix, 10, 10, &behind).await;
+    let filled = rl.check_n("filler", &race.full, 10).await;
+    assert!(filled.allowed(), "{filled:?}");
+    let b = async {
+        // The DEL of `reset_user`, sent to the user key's master alone (the reset's PUBLISH
+        // could go to the stopped one).
+        let node = &RedisCluster::shared().nodes[race.user_node];
+        assert_eq!(node.cli(&["DEL", &race.user_key()]).trim(), "1");
+        let b = late.check(&race.user, &race.free).await;
+        assert!(b.allowed(), "B: {b:?}");
+        assert_eq!(b.remaining(), 10 - 1);
+    };
+    race.run(&rl, 1, b).await;
+    let entries = race.user_entries();
+    let b_time = (T0 - Duration::from_millis(1)).as_micros() as u64;
+    assert_eq!(entries.len(), 1, "B's entry stays: {entries:?}");
     assert_eq!(entries[0].1, b_time, "{entries:?}");
 }
 
@@ -220,8 +250,8 @@ async fn a_reservation_trimmed_by_a_clock_ahead_takes_nothing_else() {
 }
 
 /// A totals key is rebased under A's reservation (B's total would pass 2^52): every member is
-/// renamed, A's is removed all the same (an older entry of its cost stands in), and the key
-/// counts exactly the units of the requests admitted.
+/// renamed, A's is removed all the same (found by its score and cost), and the key counts
+/// exactly the units of the requests admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reservation_renamed_by_a_rebase_is_removed() {
     const COST: u64 = MAX_LIMIT / 4; // 2^48: a running total passes 2^52 at the 17th
@@ -257,9 +287,22 @@ async fn a_reservation_renamed_by_a_rebase_is_removed() {
         );
     };
     race.run(&rl, COST, b).await;
-    // The 15th and B: two entries, two units of COST; two more fit, a third does not.
+    // The 15th and B stay, half a window apart. A's entry (renamed) went, from between them:
+    // its cost is still counted in B's running total until the 15th leaves, as after any
+    // removal from the middle of a totals key (docs/REDIS.md). So one more fits now and a
+    // second does not; once the 15th has left, B and that one are counted, and two more fit.
     let entries = race.user_entries();
     assert_eq!(entries.len(), 2, "{entries:?}");
+    assert_eq!(entries[0].1 + step.as_micros() as u64, entries[1].1);
+    assert!(rl.check_n(&race.user, &race.free, COST).await.allowed());
+    let d = rl.check_n(&race.user, &race.free, COST).await;
+    assert_eq!(d.blocked_by(), Some(Tier::User), "{d:?}");
+    assert_eq!(
+        d.retry_after(),
+        MINUTE - step + US,
+        "until the 15th leaves: {d:?}"
+    );
+    clock.advance(step);
     for _ in 0..2 {
         let d = rl.check_n(&race.user, &race.free, COST).await;
         assert!(d.allowed(), "{d:?}");
@@ -305,44 +348,51 @@ mod script {
             &[A, C],
         ),
         (
-            "renamed: the oldest of its cost at or before its time",
+            "renamed: an entry of its score and cost",
             TOTALS,
             ("0000000000000009:2", 2, 7),
             2,
-            &[B, C],
+            &[A, B],
         ),
         (
             "renamed, cost 1",
             TOTALS,
-            ("0000000000000009:1", 1, 7),
+            ("0000000000000009:1", 1, 6),
             2,
             &[A, C],
         ),
         (
-            "none of its cost at or before its time: a later one never goes",
+            "an older entry of its cost never stands in",
+            TOTALS,
+            ("0000000000000009:2", 2, 6),
+            0,
+            &[A, B, C],
+        ),
+        (
+            "nor one of another cost at its score",
             TOTALS,
             ("0000000000000009:1", 1, 5),
             0,
             &[A, B, C],
         ),
         (
-            "no entry of its cost",
-            TOTALS,
-            ("0000000000000009:3", 3, 9),
-            0,
-            &[A, B, C],
-        ),
-        (
-            "plain: one unit each, never a member not the limiter's",
+            "plain: one unit each",
             PLAIN,
-            ("9", 1, 9),
+            ("9", 1, 3),
             2,
             &["2:x", "junk", "3-1"],
         ),
         (
+            "plain: never a member not the limiter's",
+            PLAIN,
+            ("9", 1, 1),
+            0,
+            &["2:x", "junk", "3", "3-1"],
+        ),
+        (
             "plain: no entry of cost 2",
             PLAIN,
-            ("9", 2, 9),
+            ("9", 2, 3),
             0,
             &["2:x", "junk", "3", "3-1"],
         ),
@@ -350,7 +400,7 @@ mod script {
     ];
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_stand_in_is_the_oldest_entry_of_the_cost_no_later_than_the_reservation() {
+    async fn the_stand_in_has_the_reservations_score_and_cost() {
         let server = RedisServer::start();
         let client = client(&server).await;
         let script = Script::from_lua(SOURCE);
@@ -375,6 +425,16 @@ mod script {
                 "{what}"
             );
         }
-        assert_eq!(server.cli(&["EXISTS", "k7"]).trim(), "0");
+        assert_eq!(server.cli(&["EXISTS", "k8"]).trim(), "0");
+        // It only removes, so it runs over `maxmemory` too, as a bare ZREM does.
+        server.cli(&["ZADD", "oom", "5", "5"]);
+        server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+        let args = vec!["5".to_owned(), "1".to_owned(), "5".to_owned()];
+        let got: Result<Value, _> = script
+            .evalsha_with_reload(&client, vec!["oom".to_owned()], args)
+            .await;
+        server.cli(&["CONFIG", "SET", "maxmemory", "0"]);
+        assert_eq!(got.unwrap().as_i64(), Some(1));
+        assert_eq!(server.cli(&["EXISTS", "oom"]).trim(), "0");
     }
 }

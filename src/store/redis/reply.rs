@@ -66,7 +66,7 @@ pub(super) struct Reply {
     /// The time the script used (µs): the app's, or Redis `TIME`.
     pub(super) now: u64,
     /// What was recorded in the first tier that recorded the request: a cluster's rollback
-    /// removes it by this member.
+    /// removes it by this member (or, if it was renamed, by a stand-in: see `rollback`).
     pub(super) member: Option<String>,
     /// Per tier checked, in order (none when blocked).
     pub(super) found: Vec<Found>,

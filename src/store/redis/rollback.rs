@@ -1,10 +1,10 @@
 //! A cluster's rollback (`rollback.lua`): the entries a request reserved in the tiers before
 //! the one that denied it are removed again, so that a denied request spends no quota.
 //!
-//! By the member's name when it is still there; when a concurrent check renamed it (a plain key
-//! taking the totals form, a rebase, an entry moved back from the future), by the oldest entry
-//! of the same cost scored no later than the reservation, which stands in for it (the script's
-//! header says why that is never looser).
+//! By the member's name when it is still there; when a concurrent check renamed it keeping its
+//! score and cost (a plain key taking the totals form, a rebase), by an entry of the same score
+//! and cost, which stands in for it exactly (the script's header says why, and what it cannot
+//! tell).
 
 use std::sync::LazyLock;
 
@@ -28,7 +28,7 @@ pub(super) struct Reservation {
     pub(super) member: String,
     /// The units it holds.
     pub(super) cost: u64,
-    /// The time the script recorded it at (µs, its `now`): the entry is never scored later.
+    /// The score the script recorded it at (µs: its `now`).
     pub(super) at: u64,
 }
 
