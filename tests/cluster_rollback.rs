@@ -197,9 +197,9 @@ async fn a_reservation_moved_back_by_a_clock_behind_stays_and_takes_nothing_else
 
 /// The user's key is deleted (an operator's reset) while A waits, and an instance 1 ms behind
 /// records B for the user, at a time before A's. A's entry is gone: the rollback must take
-/// nothing, and B's entry, admitted after the reset, stays.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reservation_deleted_by_a_reset_takes_nothing_else() {
+/// nothing, and B's entry, admitted after the reset, stays. With cost 2 both entries have the
+/// same name (a key starts its running totals again): B's must not go by that name either.
+async fn reset_then_a_clock_behind(cost: u64) {
     let _one = one_at_a_time().await;
     let race = Race::new();
     let clock = ManualClock::at(T0);
@@ -208,27 +208,41 @@ async fn a_reservation_deleted_by_a_reset_takes_nothing_else() {
     let late = limiter(&race.prefix, 10, 10, &behind).await;
     let filled = rl.check_n("filler", &race.full, 10).await;
     assert!(filled.allowed(), "{filled:?}");
+    let mut a_entry = Vec::new();
     let b = async {
+        a_entry = race.user_entries();
         // The DEL of `reset_user`, sent to the user key's master alone (the reset's PUBLISH
         // could go to the stopped one).
         let node = &RedisCluster::shared().nodes[race.user_node];
         assert_eq!(node.cli(&["DEL", &race.user_key()]).trim(), "1");
-        let b = late.check(&race.user, &race.free).await;
+        let b = late.check_n(&race.user, &race.free, cost).await;
         assert!(b.allowed(), "B: {b:?}");
-        assert_eq!(b.remaining(), 10 - 1);
+        assert_eq!(b.remaining(), 10 - cost);
     };
-    race.run(&rl, 1, b).await;
+    race.run(&rl, cost, b).await;
     let entries = race.user_entries();
     let b_time = (T0 - Duration::from_millis(1)).as_micros() as u64;
     assert_eq!(entries.len(), 1, "B's entry stays: {entries:?}");
     assert_eq!(entries[0].1, b_time, "{entries:?}");
+    if cost > 1 {
+        assert_eq!(entries[0].0, a_entry[0].0, "the same name as A's");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_deleted_by_a_reset_takes_nothing_else() {
+    reset_then_a_clock_behind(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_deleted_by_a_reset_takes_nothing_else_by_its_name() {
+    reset_then_a_clock_behind(2).await;
 }
 
 /// B's clock is a window past A's reservation: B trims it (the reservation is gone) and records
-/// its own entry. The rollback then finds no entry of A's, and must not take B's, which is
-/// later than A's time, for one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reservation_trimmed_by_a_clock_ahead_takes_nothing_else() {
+/// its own entry (with cost 2, under A's name: the emptied key starts its running totals
+/// again). The rollback then finds no entry of A's, and must not take B's for it.
+async fn trimmed_by_a_clock_ahead(cost: u64) {
     let _one = one_at_a_time().await;
     let race = Race::new();
     let clock = ManualClock::at(T0);
@@ -238,20 +252,30 @@ async fn a_reservation_trimmed_by_a_clock_ahead_takes_nothing_else() {
     let filled = rl.check_n("filler", &race.full, 10).await;
     assert!(filled.allowed(), "{filled:?}");
     let b = async {
-        let b = early.check(&race.user, &race.free).await;
+        let b = early.check_n(&race.user, &race.free, cost).await;
         assert!(b.allowed(), "B: {b:?}");
-        assert_eq!(b.remaining(), 10 - 1, "A's entry left B's window");
+        assert_eq!(b.remaining(), 10 - cost, "A's entry left B's window");
     };
-    race.run(&rl, 1, b).await;
+    race.run(&rl, cost, b).await;
     let entries = race.user_entries();
     let b_time = (T0 + MINUTE + US).as_micros() as u64;
     assert_eq!(entries.len(), 1, "B's entry stays: {entries:?}");
     assert_eq!(entries[0].1, b_time, "{entries:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_trimmed_by_a_clock_ahead_takes_nothing_else() {
+    trimmed_by_a_clock_ahead(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_trimmed_by_a_clock_ahead_takes_nothing_else_by_its_name() {
+    trimmed_by_a_clock_ahead(2).await;
+}
+
 /// A totals key is rebased under A's reservation (B's total would pass 2^52): every member is
-/// renamed, A's is removed all the same (found by its score and cost), and the key counts
-/// exactly the units of the requests admitted.
+/// renamed; an entry of A's score and cost goes all the same, and the key counts exactly the
+/// units of the requests admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reservation_renamed_by_a_rebase_is_removed() {
     const COST: u64 = MAX_LIMIT / 4; // 2^48: a running total passes 2^52 at the 17th
@@ -287,22 +311,11 @@ async fn a_reservation_renamed_by_a_rebase_is_removed() {
         );
     };
     race.run(&rl, COST, b).await;
-    // The 15th and B stay, half a window apart. A's entry (renamed) went, from between them:
-    // its cost is still counted in B's running total until the 15th leaves, as after any
-    // removal from the middle of a totals key (docs/REDIS.md). So one more fits now and a
-    // second does not; once the 15th has left, B and that one are counted, and two more fit.
+    // The newest entry at A's score and cost stood in (B, renamed): the 15th and A stay, half
+    // a window apart, two units of COST, counted exactly. Two more fit, a third does not.
     let entries = race.user_entries();
     assert_eq!(entries.len(), 2, "{entries:?}");
     assert_eq!(entries[0].1 + step.as_micros() as u64, entries[1].1);
-    assert!(rl.check_n(&race.user, &race.free, COST).await.allowed());
-    let d = rl.check_n(&race.user, &race.free, COST).await;
-    assert_eq!(d.blocked_by(), Some(Tier::User), "{d:?}");
-    assert_eq!(
-        d.retry_after(),
-        MINUTE - step + US,
-        "until the 15th leaves: {d:?}"
-    );
-    clock.advance(step);
     for _ in 0..2 {
         let d = rl.check_n(&race.user, &race.free, COST).await;
         assert!(d.allowed(), "{d:?}");
@@ -326,6 +339,9 @@ mod script {
     const C: &str = "0000000000000005:2";
     /// A totals key: A (cost 2) at 5, B (cost 1) at 6, C (cost 2) at 7.
     const TOTALS: &[(&str, u64)] = &[(A, 5), (B, 6), (C, 7)];
+    const X: &str = "0000000000000001:1";
+    /// Two entries of one score and cost.
+    const SAME: &[(&str, u64)] = &[(X, 6), ("0000000000000002:1", 6)];
     /// A plain key, with two members the limiter did not write.
     const PLAIN: &[(&str, u64)] = &[("junk", 1), ("2:x", 1), ("3", 3), ("3-1", 3)];
 
@@ -340,12 +356,20 @@ mod script {
     );
 
     const CASES: &[Case] = &[
+        ("by name first, at its score", TOTALS, (B, 1, 6), 1, &[A, C]),
         (
-            "by name first, whatever else matches",
+            "by name only at its score: else a stand-in",
             TOTALS,
-            (B, 1, 9),
-            1,
-            &[A, C],
+            (A, 2, 7),
+            2,
+            &[A, B],
+        ),
+        (
+            "by name only at its score: else nothing",
+            TOTALS,
+            (A, 2, 6),
+            0,
+            &[A, B, C],
         ),
         (
             "renamed: an entry of its score and cost",
@@ -376,11 +400,18 @@ mod script {
             &[A, B, C],
         ),
         (
+            "the newest of its score and cost",
+            SAME,
+            ("0000000000000009:1", 1, 6),
+            2,
+            &[X],
+        ),
+        (
             "plain: one unit each",
             PLAIN,
             ("9", 1, 3),
             2,
-            &["2:x", "junk", "3-1"],
+            &["2:x", "junk", "3"],
         ),
         (
             "plain: never a member not the limiter's",
@@ -425,7 +456,24 @@ mod script {
                 "{what}"
             );
         }
-        assert_eq!(server.cli(&["EXISTS", "k8"]).trim(), "0");
+        assert_eq!(server.cli(&["EXISTS", "k11"]).trim(), "0");
+        // At most LOOK (1,000) entries at the score are read, the newest first: an entry of the
+        // cost behind 1,000 others does not stand in, behind 999 it does.
+        for (others, reply) in [(1000, 0), (999, 2)] {
+            let key = format!("look{others}");
+            let mut zadd = vec!["ZADD".to_owned(), key.clone(), "6".into(), X.into()];
+            for t in 2..others + 2 {
+                zadd.extend(["6".to_owned(), format!("{t:016x}:2")]);
+            }
+            let zadd: Vec<&str> = zadd.iter().map(String::as_str).collect();
+            server.cli(&zadd);
+            let args = vec!["gone".to_owned(), "1".to_owned(), "6".to_owned()];
+            let got: Value = script
+                .evalsha_with_reload(&client, vec![key.clone()], args)
+                .await
+                .unwrap();
+            assert_eq!(got.as_i64(), Some(reply), "{others} others");
+        }
         // It only removes, so it runs over `maxmemory` too, as a bare ZREM does.
         server.cli(&["ZADD", "oom", "5", "5"]);
         server.cli(&["CONFIG", "SET", "maxmemory", "1"]);

@@ -11,29 +11,38 @@
 -- Reply: 1 when the member was removed by its name; 2 when a stand-in was (below); 0 when
 -- nothing was removed.
 --
--- A concurrent check of the same key may have renamed the member before this runs, keeping
--- its score and cost: a plain key taking the totals form (a request of cost > 1), a totals key
--- rebased. Then an entry of the key with the same score and the same cost stands in for it:
--- the key's entries then have, as (score, cost) pairs, exactly what they would have without
--- the reservation, so its live units are the same at every instant (a totals key counts from
--- its oldest live entry to its newest by running totals, so an entry removed from its middle is
--- counted until the entries before it leave: stricter, never looser).
+-- By its name only while it still has the reservation's score: a key emptied (trimmed, or
+-- deleted by a reset) starts its running totals again, so a totals name can come back on
+-- another request's entry, at another time.
 --
--- An entry moved back from the future (a check whose clock is behind the reservation's) is
--- renamed with a new score: no entry stands in, nothing is removed, and the reservation counts
--- until it leaves the window (stricter, never looser). The same when none of the LOOK entries
--- read at that score has the cost, or is the limiter's.
+-- A concurrent check of the same key may have renamed the member before this runs, keeping
+-- its score and cost: a plain key taking the totals form (unless that check's clock is behind:
+-- then the score moves too), a totals key rebased. Then an entry of the key with the same score
+-- and the same cost stands in for it, the newest such: the key's entries then have, as
+-- (score, cost) pairs, exactly those of the requests admitted, so it never counts fewer units
+-- than they hold. (A plain key counts exactly; a totals key counts from its oldest live entry
+-- to its newest by running totals, so an entry removed from its middle is counted until the
+-- entries before it leave: more for a while, never fewer. The newest stand-in leaves the
+-- smallest such gap.)
+--
+-- An entry moved back from the future (a check whose clock is behind the reservation's) has a
+-- new score: nothing stands in, nothing is removed, and the reservation counts until it leaves
+-- the window (stricter, never looser). The same when none of the LOOK newest entries at that
+-- score has the cost and one of the limiter's two forms.
 --
 -- What this cannot tell: an entry recorded at exactly the reservation's microsecond after the
--- reservation left that score (moved back, trimmed, or deleted by a reset) matches as well, as
--- it would match by name when it took the reservation's freed name. docs/REDIS.md names it.
+-- reservation left that score (moved back, trimmed, or deleted by a reset) is taken for it,
+-- by name or as a stand-in. That needs two records of one key in one microsecond. docs/REDIS.md
+-- names it.
 local LOOK = 1000
-local key, member = KEYS[1], ARGV[1]
-if redis.call('ZREM', key, member) == 1 then
+local key, member, at = KEYS[1], ARGV[1], ARGV[3]
+local score = redis.call('ZSCORE', key, member)
+if score and tonumber(score) == tonumber(at) then
+  redis.call('ZREM', key, member)
   return 1
 end
 local cost = tonumber(ARGV[2])
-for _, m in ipairs(redis.call('ZRANGEBYSCORE', key, ARGV[3], ARGV[3], 'LIMIT', '0', LOOK)) do
+for _, m in ipairs(redis.call('ZREVRANGEBYSCORE', key, at, at, 'LIMIT', '0', LOOK)) do
   local c
   if string.byte(m, 17) == 58 then -- ':' totals: "<total>:<cost>", both hex
     if string.find(m, '^%x+:%x+$') then

@@ -1,9 +1,10 @@
 //! A cluster's rollback (`rollback.lua`): the entries a request reserved in the tiers before
 //! the one that denied it are removed again, so that a denied request spends no quota.
 //!
-//! By the member's name when it is still there; when a concurrent check renamed it keeping its
-//! score and cost (a plain key taking the totals form, a rebase), by an entry of the same score
-//! and cost, which stands in for it exactly (the script's header says why, and what it cannot
+//! By the member's name while it still has the reservation's score; when a concurrent check
+//! renamed it keeping its score and cost (a plain key taking the totals form, a rebase), by the
+//! newest entry of that score and cost, which stands in for it (the script's header says why
+//! the key then never counts fewer units than the admitted requests hold, and what it cannot
 //! tell).
 
 use std::sync::LazyLock;
