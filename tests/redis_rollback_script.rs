@@ -153,14 +153,57 @@ async fn the_stand_in_has_the_reservations_score_and_cost() {
             .unwrap();
         assert_eq!(got.as_i64(), Some(reply), "{others} others");
     }
-    // It only removes, so it runs over `maxmemory` too, as a bare ZREM does.
+    // It only removes (and sets its marker), so it runs over `maxmemory` too, as a bare ZREM
+    // does.
     server.cli(&["ZADD", "oom", "5", "5"]);
     server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
-    let args = vec!["5".to_owned(), "1".to_owned(), "5".to_owned()];
-    let got: Result<Value, _> = script
-        .evalsha_with_reload(&client, vec!["oom".to_owned()], args)
-        .await;
+    let args = vec![
+        "5".to_owned(),
+        "1".to_owned(),
+        "5".to_owned(),
+        "1000".into(),
+    ];
+    let keys = vec!["oom".to_owned(), "{oom}#marker".to_owned()];
+    let got: Result<Value, _> = script.evalsha_with_reload(&client, keys, args).await;
     server.cli(&["CONFIG", "SET", "maxmemory", "0"]);
     assert_eq!(got.unwrap().as_i64(), Some(1));
     assert_eq!(server.cli(&["EXISTS", "oom"]).trim(), "0");
+}
+
+/// Run twice with its marker (fred may send a command again once it ran), the rollback does
+/// nothing the second time: without the marker, the second run would take a stand-in, another
+/// request's entry of the same score and cost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_run_of_one_rollback_does_nothing() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let script = Script::from_lua(SOURCE);
+    let run = |key: &str, marker: Option<&str>| {
+        let keys: Vec<String> = [Some(key), marker]
+            .into_iter()
+            .flatten()
+            .map(String::from)
+            .collect();
+        let args = ["5-1", "1", "5", "2000"].map(String::from).to_vec();
+        let (script, client) = (&script, &client);
+        async move {
+            let got: Value = script
+                .evalsha_with_reload(client, keys, args)
+                .await
+                .unwrap();
+            got.as_i64().unwrap()
+        }
+    };
+    let left = |key: &str| server.cli(&["ZCARD", key]).trim().to_owned();
+    for key in ["with", "without"] {
+        server.cli(&["ZADD", key, "5", "5", "5", "5-1"]);
+    }
+    assert_eq!(run("with", Some("{with}#m")).await, 1);
+    assert_eq!(run("with", Some("{with}#m")).await, 3);
+    assert_eq!(left("with"), "1", "the other request's entry stays");
+    let ttl: u64 = server.cli(&["PTTL", "{with}#m"]).trim().parse().unwrap();
+    assert!(ttl > 0 && ttl <= 2000, "the marker expires: {ttl}");
+    assert_eq!(run("without", None).await, 1);
+    assert_eq!(run("without", None).await, 2);
+    assert_eq!(left("without"), "0");
 }

@@ -117,13 +117,24 @@ impl Connections {
         }
     }
 
-    /// The rollback script for `reservation` on a cluster, following an ASK.
+    /// The rollback script for `reservation` on a cluster, with its marker (so that a second
+    /// run, fred sending it again, does nothing), following an ASK.
+    ///
+    /// While the slot migrates, the key and its marker together may fail with `TRYAGAIN` (the
+    /// marker is missing where the key is not), and a master importing the slot is asked with
+    /// the key alone: there a second run is not recognized.
     pub(super) async fn roll_back_one(&self, reservation: &Reservation) -> Result<(), StoreError> {
         let key = reservation.key.as_str();
-        let args = reservation.args();
-        let result: Result<Value, FredError> = ROLLBACK
-            .evalsha_with_reload(&self.client, vec![key], args.clone())
+        let args = reservation.args(self.command_timeout);
+        let keys = vec![key.to_owned(), reservation.marker()];
+        let mut result: Result<Value, FredError> = ROLLBACK
+            .evalsha_with_reload(&self.client, keys, args.clone())
             .await;
+        if matches!(&result, Err(e) if e.details().starts_with("TRYAGAIN")) {
+            result = ROLLBACK
+                .evalsha_with_reload(&self.client, vec![key], args.clone())
+                .await;
+        }
         let failed = |e| fred_error("rolling back a reservation failed", e);
         match result {
             Ok(_) => Ok(()),

@@ -22,7 +22,7 @@ use super::{fred_error, invalidation, timed_out, RedisStore};
 use crate::tier::Tier;
 
 /// `{key}#suffix` (or `key#suffix` when `key` already holds a hash tag): in `key`'s slot.
-fn companion(key: &str, suffix: &str) -> String {
+pub(super) fn companion(key: &str, suffix: &str) -> String {
     if key.contains('{') {
         format!("{key}#{suffix}")
     } else {

@@ -4,12 +4,16 @@
 -- ZREM would.)
 --
 -- KEYS[1]  the tier's sorted set, where script.lua recorded the reservation
+-- KEYS[2]  (may be left out) the reservation's marker, in KEYS[1]'s slot: set here, for ARGV[4]
+--          ms, so that a second run of this rollback (fred may send a command again after a
+--          failover or a slot move, once it ran) does nothing and takes no stand-in
 -- ARGV[1]  the member it recorded
 -- ARGV[2]  the reservation's cost (decimal)
 -- ARGV[3]  the score it recorded it at (µs, decimal: script.lua's now, at which it records)
+-- ARGV[4]  how long the marker lives (ms)
 --
 -- Reply: 1 when the member was removed by its name; 2 when a stand-in was (below); 0 when
--- nothing was removed.
+-- nothing was removed; 3 when the marker says this rollback ran already.
 --
 -- By its name only while it still has the reservation's score: a key emptied (trimmed, or
 -- deleted by a reset) starts its running totals again, so a totals name can come back on
@@ -36,6 +40,9 @@
 -- names it.
 local LOOK = 1000
 local key, member, at = KEYS[1], ARGV[1], ARGV[3]
+if KEYS[2] and not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[4]) then
+  return 3
+end
 local score = redis.call('ZSCORE', key, member)
 if score and tonumber(score) == tonumber(at) then
   redis.call('ZREM', key, member)

@@ -7,12 +7,14 @@
 //! the key then never counts fewer units than the admitted requests hold, and what it cannot
 //! tell).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use fred::types::scripts::Script;
 
 use super::super::StoreError;
-use super::RedisStore;
+use super::{blocks, RedisStore};
 
 /// The script's source, sent whole on a redirection (see `ask`).
 pub(super) const SOURCE: &str = include_str!("rollback.lua");
@@ -31,6 +33,26 @@ pub(super) struct Reservation {
     pub(super) cost: u64,
     /// The score the script recorded it at (µs: its `now`).
     pub(super) at: u64,
+    /// Names this reservation alone, among every instance's (its marker's name).
+    pub(super) token: String,
+}
+
+/// A name no other reservation of any instance has: a random number drawn once per process,
+/// and a count. (The member and its time are not enough: once a rollback removed a plain
+/// member, the next request at the same microsecond gets the same name.)
+fn token() -> String {
+    static PROCESS: LazyLock<u64> = LazyLock::new(|| {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.finish()
+    });
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{:016x}-{}",
+        *PROCESS,
+        COUNT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 impl Reservation {
@@ -42,16 +64,27 @@ impl Reservation {
             member,
             cost,
             at,
+            token: token(),
         })
     }
 
-    /// The script's `ARGV`: the member, the cost and the time.
-    pub(super) fn args(&self) -> Vec<String> {
+    /// The script's `ARGV`: the member, the cost, the time, and how long its marker lives (ms):
+    /// twice `command_timeout` (fred gives up sending a command again after that long), at
+    /// least a second.
+    pub(super) fn args(&self, command_timeout: Duration) -> Vec<String> {
+        let life = command_timeout.saturating_mul(2).as_millis().max(1_000);
         vec![
             self.member.clone(),
             self.cost.to_string(),
             self.at.to_string(),
+            life.to_string(),
         ]
+    }
+
+    /// The reservation's marker, in its key's slot: set by the rollback's first run, so that a
+    /// second run of the same rollback does nothing.
+    pub(super) fn marker(&self) -> String {
+        blocks::companion(&self.key, &format!("rolled-back:{}", self.token))
     }
 }
 
@@ -79,16 +112,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn arguments_are_the_member_the_cost_and_the_time() {
-        let r = Reservation {
-            key: "rl:user:a".into(),
-            member: "0000000000000003:2".into(),
-            cost: 2,
-            at: 1_700_000_000_000_001,
-        };
+    fn arguments_and_a_marker_of_its_own() {
+        let r = Reservation::of(
+            "rl:user:a",
+            Some("0000000000000003:2".into()),
+            2,
+            1_700_000_000_000_001,
+        )
+        .unwrap();
         assert_eq!(
-            r.args(),
-            ["0000000000000003:2", "2", "1700000000000001"].map(String::from)
+            r.args(Duration::from_millis(1_500)),
+            ["0000000000000003:2", "2", "1700000000000001", "3000"].map(String::from)
         );
+        assert_eq!(r.args(Duration::from_millis(10))[3], "1000");
+        // In the key's slot, and a name of its own: the same member at the same time again (a
+        // request after the rollback, at the same microsecond) gets another marker.
+        assert!(
+            r.marker().starts_with("{rl:user:a}#rolled-back:"),
+            "{}",
+            r.marker()
+        );
+        let again = Reservation::of("rl:user:a", Some(r.member.clone()), 2, r.at).unwrap();
+        assert_ne!(r.marker(), again.marker());
     }
 }
