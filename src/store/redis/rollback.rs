@@ -33,8 +33,6 @@ pub(super) struct Reservation {
     pub(super) cost: u64,
     /// The score the script recorded it at (µs: its `now`).
     pub(super) at: u64,
-    /// Names this reservation alone, among every instance's (its marker's name).
-    pub(super) token: String,
 }
 
 /// A name no other reservation of any instance has: a random number drawn once per process,
@@ -64,7 +62,6 @@ impl Reservation {
             member,
             cost,
             at,
-            token: token(),
         })
     }
 
@@ -81,10 +78,12 @@ impl Reservation {
         ]
     }
 
-    /// The reservation's marker, in its key's slot: set by the rollback's first run, so that a
-    /// second run of the same rollback does nothing.
+    /// A marker for one rollback of this reservation, in its key's slot, named as no other
+    /// rollback of any instance: set by the rollback's first run, so that the same command run
+    /// again (fred sends the same bytes) does nothing. A new name at each call: made when the
+    /// rollback is sent, not with the reservation (most reservations are never rolled back).
     pub(super) fn marker(&self) -> String {
-        blocks::companion(&self.key, &format!("rolled-back:{}", self.token))
+        blocks::companion(&self.key, &format!("rolled-back:{}", token()))
     }
 }
 
@@ -134,5 +133,6 @@ mod tests {
         );
         let again = Reservation::of("rl:user:a", Some(r.member.clone()), 2, r.at).unwrap();
         assert_ne!(r.marker(), again.marker());
+        assert_ne!(r.marker(), r.marker());
     }
 }
