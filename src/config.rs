@@ -70,6 +70,10 @@ pub const DEFAULT_KEY_PREFIX: &str = "rate_limit";
 /// The default cap on keys the in-memory store tracks at once (users plus endpoints).
 pub const DEFAULT_MAX_TRACKED_KEYS: usize = 1_000_000;
 
+/// The smallest cap on tracked keys accepted: 2, since one request may need a new user key
+/// and a new endpoint key at once (a cap of 1 would admit no such request, ever).
+pub const MIN_TRACKED_KEYS: usize = 2;
+
 /// The longest key prefix accepted, in bytes.
 pub const MAX_KEY_PREFIX_LEN: usize = 128;
 

@@ -170,12 +170,17 @@ fn bad_key_prefixes_are_refused() {
 }
 
 #[test]
-fn zero_max_tracked_keys_is_refused() {
-    let e = err(RateLimitConfig::builder().max_tracked_keys(0));
-    assert_eq!(e, ConfigError::ZeroMaxTrackedKeys);
-    assert_eq!(e.field(), "max_tracked_keys");
+fn a_key_cap_below_two_is_refused() {
+    // One request may need a new user key and a new endpoint key at once: a cap of 1 would
+    // deny every such request forever, with a Retry-After that never comes true.
+    for cap in [0, 1] {
+        let e = err(RateLimitConfig::builder().max_tracked_keys(cap));
+        assert_eq!(e, ConfigError::MaxTrackedKeysTooSmall(cap));
+        assert_eq!(e.field(), "max_tracked_keys");
+        assert!(e.to_string().starts_with("max_tracked_keys: "), "{e}");
+    }
     assert!(RateLimitConfig::builder()
-        .max_tracked_keys(1)
+        .max_tracked_keys(2)
         .build()
         .is_ok());
 }

@@ -435,6 +435,26 @@ async fn key_cap_counts_endpoints_too() {
     assert!(limiter.check("alice", "/a").await.allowed());
 }
 
+/// The smallest cap accepted (2) admits a request that needs a user key and an endpoint key
+/// at once, and the `Retry-After` it gives a newcomer comes true. (A cap of 1, which would
+/// admit no such request ever, is refused by the configuration: tests/config.rs.)
+#[tokio::test]
+async fn at_the_smallest_cap_a_user_and_an_endpoint_key_fit_and_the_retry_comes_true() {
+    let clock = ManualClock::at(T0);
+    let config = limits(5, 100, 0, MINUTE)
+        .max_tracked_keys(tiered_ratelimit::config::MIN_TRACKED_KEYS)
+        .build()
+        .unwrap();
+    let limiter = RateLimiter::builder(config).clock(clock.clone()).build();
+    assert!(limiter.check("alice", "/items").await.allowed());
+    // A second user is a third key: denied at the cap, told when to come back.
+    let d = limiter.check("bob", "/items").await;
+    assert_eq!(d.blocked_by(), Some(Tier::User), "{d:?}");
+    clock.advance(d.retry_after());
+    let d = limiter.check("bob", "/items").await;
+    assert!(d.allowed(), "after its Retry-After: {d:?}");
+}
+
 #[tokio::test]
 async fn config_max_tracked_keys_reaches_the_default_store() {
     let clock = ManualClock::at(T0);
@@ -717,18 +737,21 @@ fn default_store_and_config_defaults() {
     assert_eq!(store.entries(Tier::Global, ""), 0);
     let config = RateLimitConfig::builder().build().unwrap();
     assert_eq!(config.max_tracked_keys(), 1_000_000);
-    // A zero cap is clamped to one key rather than refusing everything.
+    // A cap below two is raised to two keys (one request may need a user key and an endpoint
+    // key) rather than refusing everything.
     let clock = ManualClock::at(T0);
-    let store = MemoryStore::with_max_keys(0);
-    let limiter = limiter_on(limits(1, 0, 0, MINUTE), &clock, &store);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        assert!(limiter.check("one", "/").await.allowed());
-        assert!(!limiter.check("two", "/").await.allowed());
-    });
-    assert_eq!(store.tracked_keys(), 1);
+    for cap in [0, 1] {
+        let store = MemoryStore::with_max_keys(cap);
+        let limiter = limiter_on(limits(1, 1, 0, MINUTE), &clock, &store);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            assert!(limiter.check("one", "/").await.allowed());
+            assert!(!limiter.check("two", "/").await.allowed());
+        });
+        assert_eq!(store.tracked_keys(), 2);
+    }
 }
 
 // ------------------------------------------------------------------ plans by resolver

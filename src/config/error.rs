@@ -24,9 +24,14 @@ pub enum ConfigError {
     /// without spaces and braces.
     #[error("key_prefix: {0}")]
     InvalidKeyPrefix(&'static str),
-    /// The cap on tracked keys is zero.
-    #[error("max_tracked_keys: must be greater than zero")]
-    ZeroMaxTrackedKeys,
+    /// The cap on tracked keys is below [`MIN_TRACKED_KEYS`](super::MIN_TRACKED_KEYS) (the value
+    /// given): a request may need a user key and an endpoint key at once, so a smaller cap
+    /// would admit no such request, ever.
+    #[error(
+        "max_tracked_keys: {0} is below the minimum of 2 (a request may need a user key and an \
+         endpoint key at once)"
+    )]
+    MaxTrackedKeysTooSmall(usize),
     /// The Redis URL is empty or not one fred accepts.
     #[error("redis.url: {0}")]
     InvalidRedisUrl(String),
@@ -96,7 +101,7 @@ impl ConfigError {
             Self::ZeroWindow | Self::WindowTooLarge(_) => "window",
             Self::LimitTooLarge { field, .. } | Self::ShardsOutOfRange { field, .. } => field,
             Self::InvalidKeyPrefix(_) => "key_prefix",
-            Self::ZeroMaxTrackedKeys => "max_tracked_keys",
+            Self::MaxTrackedKeysTooSmall(_) => "max_tracked_keys",
             Self::InvalidRedisUrl(_) | Self::RedisFeatureDisabled => "redis.url",
             Self::ZeroTimeout(field)
             | Self::TimeoutOutOfRange { field, .. }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{
     ConfigError, RawConfig, RedisConfig, MAX_COMMAND_TIMEOUT, MAX_CONNECT_TIMEOUT,
-    MAX_KEY_PREFIX_LEN, MAX_LIMIT, MAX_SHARDS, MAX_WINDOW, MIN_REDIS_TIMEOUT,
+    MAX_KEY_PREFIX_LEN, MAX_LIMIT, MAX_SHARDS, MAX_WINDOW, MIN_REDIS_TIMEOUT, MIN_TRACKED_KEYS,
 };
 
 /// Checks every field of `raw`.
@@ -19,8 +19,8 @@ pub(super) fn validate(raw: &RawConfig) -> Result<(), ConfigError> {
     }
     validate_limits(raw)?;
     validate_prefix(&raw.key_prefix)?;
-    if raw.max_tracked_keys == 0 {
-        return Err(ConfigError::ZeroMaxTrackedKeys);
+    if raw.max_tracked_keys < MIN_TRACKED_KEYS {
+        return Err(ConfigError::MaxTrackedKeysTooSmall(raw.max_tracked_keys));
     }
     if let Some(redis) = &raw.redis {
         validate_redis(redis)?;

@@ -109,7 +109,8 @@ impl MemoryStore {
         Self::with_max_keys(DEFAULT_MAX_TRACKED_KEYS)
     }
 
-    /// A store that tracks at most `max_keys` user and endpoint keys at once (at least 1).
+    /// A store that tracks at most `max_keys` user and endpoint keys at once (at least
+    /// [`MIN_TRACKED_KEYS`](crate::config::MIN_TRACKED_KEYS), 2: one request may need a key of each).
     pub fn with_max_keys(max_keys: usize) -> Self {
         let map = || LogMap::new(SHARDS);
         Self {
@@ -118,7 +119,7 @@ impl MemoryStore {
                 endpoints: map(),
                 global: Padded(Mutex::new(Log::default())),
                 tracked: AtomicUsize::new(0),
-                max_keys: max_keys.max(1),
+                max_keys: max_keys.max(crate::config::MIN_TRACKED_KEYS),
                 next_sweep: AtomicU64::new(0),
                 cap_retry_at: AtomicU64::new(0),
                 next_cap_warning: AtomicU64::new(0),
