@@ -12,8 +12,9 @@
 //! POST bodies must be sent as `Content-Type: application/json` (else `415`: a form or
 //! `text/plain` body is what another site can make a browser send). Every error is
 //! `application/problem+json` (RFC 9457) with a `detail` naming the field: `400` for a body or
-//! query that does not parse, names no target or several, or has an unknown field; `404` for
-//! another path; `413` for a body over axum's limit; `422` for a block the configuration would
+//! query that does not parse, names no target or several, names an empty `user` or `endpoint`
+//! to block or unblock, or has an unknown field; `404` for another path; `405` for another
+//! method on an admin path (with `Allow`); `413` for a body over axum's limit; `422` for a block the configuration would
 //! never meet (the tier is off), of no time, too long, or of an IPv4 network; `503` when the
 //! store failed (the change did not land or, after a timeout, may still land: repeat it).
 //!
@@ -60,6 +61,16 @@ pub fn router(limiter: RateLimiter) -> Router {
         .fallback(|| async {
             let detail = "no such admin route: GET /usage, POST /reset, /block, /unblock";
             problem(StatusCode::NOT_FOUND, "Not Found", detail)
+        })
+        // (axum adds the `Allow` header to what this returns.)
+        .method_not_allowed_fallback(|method: http::Method| async move {
+            let detail =
+                format!("{method} is not allowed here: GET /usage, POST /reset, /block, /unblock");
+            problem(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "Method Not Allowed",
+                &detail,
+            )
         })
         .with_state(limiter)
 }
@@ -120,6 +131,16 @@ impl<S: Send + Sync> FromRequest<S> for Target {
 impl Target {
     fn block_target(&self) -> Result<BlockTarget<'_>, String> {
         match (&self.user, &self.ip, &self.endpoint) {
+            // The layer never counts a request under an empty id (nor an empty route): such a
+            // block would stop nothing, so it is refused, not reported as done.
+            (Some(user), None, None) if user.is_empty() => Err(
+                "`user`: an empty id names no user the layer counts (a request without a \
+                     user id is counted by its address: block `ip`)"
+                    .into(),
+            ),
+            (None, None, Some(route)) if route.is_empty() => {
+                Err("`endpoint`: an empty route names no endpoint the layer counts".into())
+            }
             (Some(user), None, None) => Ok(BlockTarget::User(user)),
             (None, Some(ip), None) => address(ip),
             (None, None, Some(route)) => Ok(BlockTarget::Endpoint(route)),

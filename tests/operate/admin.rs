@@ -187,6 +187,21 @@ async fn every_bad_request_is_a_problem_naming_the_field() {
         // The user limit is 0: a user block would stop nothing.
         ("/block", r#"{"user":"a","seconds":5}"#, 422, "switched off"),
         ("/unblock", r#"{"user":"a","seconds":5}"#, 400, "`seconds`"),
+        // The layer never counts a request under an empty id or route: a block of one would
+        // stop nothing, and is refused rather than reported as done.
+        (
+            "/block",
+            r#"{"user":"","seconds":5}"#,
+            400,
+            "`user`: an empty id",
+        ),
+        ("/unblock", r#"{"user":""}"#, 400, "`user`: an empty id"),
+        (
+            "/block",
+            r#"{"endpoint":"","seconds":5}"#,
+            400,
+            "`endpoint`: an empty route",
+        ),
         (
             "/reset",
             r#"{"ip":"192.0.2.1"}"#,
@@ -202,6 +217,24 @@ async fn every_bad_request_is_a_problem_naming_the_field() {
         let text = problem["detail"].as_str().unwrap();
         assert!(text.contains(detail), "{path} {body}: {text}");
     }
+    // Another method on an admin path: a 405 problem, with `Allow`.
+    let resp = admin
+        .client
+        .get(format!("{}/admin/block", admin.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["allow"], "POST");
+    let (got, kind, problem) = reply(resp).await;
+    assert_eq!(
+        (got.as_u16(), kind.as_str()),
+        (405, "application/problem+json")
+    );
+    assert!(problem["detail"]
+        .as_str()
+        .unwrap()
+        .contains("GET is not allowed"));
     let (got, kind, problem) = admin.get("/usage?user=a&ip=192.0.2.1").await;
     assert_eq!(
         (got.as_u16(), kind.as_str()),
