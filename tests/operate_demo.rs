@@ -140,6 +140,12 @@ async fn reload_and_usage(redis: &str) {
     assert_eq!(user_usage(&client, &demo, Some("alice")).await, (5, 2, 3));
     assert_eq!(get(&client, &demo, items, Some("alice")).await.0, 200);
     assert_eq!(user_usage(&client, &demo, Some("alice")).await, (5, 3, 2));
+    // A setting the file sets and then empties: its default is named as such, not `null`.
+    let line = demo.reload(&limits(5, &format!("shadow = [\"user\"]\n{redis}")));
+    assert!(line.contains("shadow: (default) -> [\"user\"]"), "{line}");
+    let line = demo.reload(&limits(5, &format!("shadow = []\n{redis}")));
+    assert!(line.contains("shadow: [\"user\"] -> (default)"), "{line}");
+    assert!(!line.contains("null"), "{line}");
 
     // A bad file: refused, naming the field; the running config stays.
     let line = demo.reload(&limits(1 << 60, redis));

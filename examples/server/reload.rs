@@ -44,20 +44,24 @@ fn key_of_line(line: &str) -> Option<&str> {
     None
 }
 
-/// The top-level settings that differ, as `name: old -> new`.
+/// The top-level settings that differ, as `name: old -> new`; a setting the serde form leaves
+/// out (an empty list, no Redis) shows as `(default)`.
 fn changes(old: &RateLimitConfig, new: &RateLimitConfig) -> Vec<String> {
     let (old, new) = (serde_json::json!(old), serde_json::json!(new));
     let (Some(old), Some(new)) = (old.as_object(), new.as_object()) else {
         return Vec::new();
     };
-    let none = serde_json::Value::Null;
     let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
     keys.sort();
     keys.dedup();
+    let shown = |value: Option<&serde_json::Value>| match value {
+        Some(value) => value.to_string(),
+        None => "(default)".to_owned(),
+    };
     keys.into_iter()
         .filter_map(|key| {
-            let (a, b) = (old.get(key).unwrap_or(&none), new.get(key).unwrap_or(&none));
-            (a != b).then(|| format!("{key}: {a} -> {b}"))
+            let (a, b) = (old.get(key), new.get(key));
+            (a != b).then(|| format!("{key}: {} -> {}", shown(a), shown(b)))
         })
         .collect()
 }
