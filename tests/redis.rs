@@ -897,3 +897,75 @@ async fn a_connection_redis_closed_while_idle_is_reopened_and_the_counts_stay_on
     );
     assert_eq!(server.command_calls("evalsha"), 3);
 }
+
+/// A Redis restarted while the service is quiet (down longer than a few reconnections in a
+/// row, which is what any restart takes) is not Redis failing a check: the client keeps
+/// reconnecting in the background, and the first check after Redis is back runs on it, at
+/// once, with no fallback. (With reconnections that gave up, that check waited out its timeout
+/// on a client that would never connect again and moved the limiter to memory for good.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restarted_while_the_service_is_quiet_is_used_again_without_a_fallback() {
+    let mut server = RedisServer::start();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let limiter = connected(failing_config(&server, 5, 0, 0), &clock).await;
+    assert!(limiter.check("alice", "/").await.allowed());
+    server.kill();
+    // Down for half a second, with no check: far longer than three reconnections 20 ms apart.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.restart();
+    // Back: the client's next reconnection (at most 50 ms and its jitter away) finds it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = std::time::Instant::now();
+    let d = limiter.check("alice", "/").await;
+    let took = started.elapsed();
+    assert_eq!(
+        limiter.backend(),
+        Backend::Redis,
+        "{:?}",
+        limiter.fallback_cause()
+    );
+    assert!(took < TIMEOUT, "{took:?}");
+    // The restarted server is empty (and has no script: NOSCRIPT, loaded again, run again):
+    // this check is its first entry, counted on Redis.
+    assert_eq!(d.remaining(), 4);
+    assert_eq!(server.cli(&["zcard", "rate_limit:user:alice"]).trim(), "1");
+}
+
+/// The other side of reconnecting in the background: once the store has fallen back (Redis
+/// gone when a check needed it), or the limiter is dropped, its clients are closed even while
+/// they are reconnecting, and nothing connects to that Redis again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_fallback_or_a_drop_the_clients_stop_reconnecting() {
+    let connections = |server: &RedisServer| -> u64 {
+        let info = server.cli(&["info", "stats"]);
+        let line = info
+            .lines()
+            .find(|l| l.starts_with("total_connections_received:"))
+            .unwrap();
+        line.split(':').nth(1).unwrap().trim().parse().unwrap()
+    };
+    for drop_it in [false, true] {
+        let mut server = RedisServer::start();
+        let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+        let limiter = connected(failing_config(&server, 5, 0, 0), &clock).await;
+        assert!(limiter.check("alice", "/").await.allowed());
+        server.kill();
+        // Let the clients notice and start reconnecting.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if drop_it {
+            drop(limiter);
+        } else {
+            assert!(limiter.check("alice", "/").await.allowed());
+            assert_eq!(limiter.backend(), Backend::Memory);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        server.restart();
+        let before = connections(&server); // redis-cli's own
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            connections(&server),
+            before + 1, // the second redis-cli
+            "a closed store's client connected again (dropped: {drop_it})"
+        );
+    }
+}

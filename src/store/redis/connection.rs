@@ -15,10 +15,18 @@ use super::{ask, Connections, RedisStore};
 use crate::config::RedisConfig;
 use crate::connect_error::ConnectError;
 
-/// Reconnections in a row (each after up to [`RECONNECT_JITTER_MS`]) before the client stops
-/// trying; a connection that comes back resets the count.
-const RECONNECT_ATTEMPTS: u32 = 3;
-/// The most a reconnection waits (a random part of it), so that instances do not all reconnect at once.
+/// Reconnections in a row before the client stops trying: with the delays below, over a
+/// minute of them (a connection that comes back resets the count). Bounded, so that a client
+/// nothing closes (a reconnection under way when the store closes it) does not try for ever.
+const RECONNECT_ATTEMPTS: u32 = 1_200;
+/// The first reconnection's delay (ms); each next one waits twice as long as the one before, up
+/// to [`RECONNECT_MAX_DELAY_MS`].
+const RECONNECT_MIN_DELAY_MS: u32 = 1;
+/// The longest wait between two reconnections (ms, before jitter): once Redis is back, a check
+/// finds it connected again within this (and the jitter), well inside a command timeout.
+const RECONNECT_MAX_DELAY_MS: u32 = 50;
+/// The most a reconnection adds to its delay (a random part of it), so that instances do not
+/// all reconnect at once.
 const RECONNECT_JITTER_MS: u32 = 20;
 
 /// Where the first connection stands.
@@ -64,11 +72,18 @@ pub(super) fn build_client(config: &RedisConfig) -> Result<Client, ConnectError>
     let mut builder = Builder::from_config(redis);
     if !clustered {
         // A connection Redis closes (its `timeout` on an idle client, a proxy's or a NAT's idle
-        // limit, a restart) is opened again at once, in the background: without it, a quiet
-        // service's next check would wait out its timeout on a dead socket and fall back for
-        // good. A few attempts in a row at most: a Redis that is gone fails the checks that
-        // wait on it by their timeout, as before, and the store falls back.
-        let mut policy = ReconnectPolicy::new_constant(RECONNECT_ATTEMPTS, 0);
+        // limit, a restart) is opened again in the background, at once and then every 50 ms at
+        // most, for over a minute: without it, a quiet service's next check would wait out
+        // its timeout on a dead socket and fall back for good, even with Redis back (a restart
+        // takes far longer than a few attempts in a row). A check sent while Redis is gone
+        // still waits at most its command timeout; then the store falls back and closes this
+        // client, which ends the reconnections.
+        let mut policy = ReconnectPolicy::new_exponential(
+            RECONNECT_ATTEMPTS,
+            RECONNECT_MIN_DELAY_MS,
+            RECONNECT_MAX_DELAY_MS,
+            2,
+        );
         policy.set_jitter(RECONNECT_JITTER_MS);
         builder.set_policy(policy);
     }
@@ -241,16 +256,21 @@ impl Connections {
         let Some(runtime) = runtime else {
             return;
         };
-        let mut clients = vec![self.client.clone()];
+        // A client that never connected has nothing to close (fred would log a warning of its
+        // own for it). One that did may be reconnecting, not connected, at this moment: it is
+        // closed all the same, which ends its reconnections.
+        let mut clients = Vec::new();
+        if *self.conn.borrow() == Conn::Ready || self.client.is_connected() {
+            clients.push(self.client.clone());
+        }
         if let Some((subscriber, task)) = listener {
             task.abort();
             clients.push(subscriber);
         }
-        clients.extend(self.ask_clients.open_now());
+        let asked = self.ask_clients.open_now().into_iter();
+        clients.extend(asked.filter(|c| c.is_connected()));
         runtime.spawn(async move {
-            // A client that never connected (or already lost its connection) has nothing to
-            // close, and fred would log a warning of its own for it.
-            for client in clients.into_iter().filter(|c| c.is_connected()) {
+            for client in clients {
                 let _ = tokio::time::timeout(Duration::from_secs(1), client.quit()).await;
             }
         });
