@@ -65,6 +65,13 @@ pub enum ConnectError {
         /// Redis's reply.
         message: String,
     },
+    /// The server is a replica (`ROLE` at start, or `READONLY` in a check): it refuses the
+    /// limiter's writes, or (`replica-read-only no`) keeps them from every instance that uses
+    /// the master. Configuration: after a failover, the URL still names the old master.
+    ReadOnlyReplica {
+        /// Redis's reply.
+        message: String,
+    },
     /// Another setting that cannot work (fred's own configuration errors, such as a cluster
     /// URL for a server without cluster support). Configuration.
     InvalidSettings {
@@ -101,6 +108,7 @@ impl ConnectError {
                 | Self::Tls { .. }
                 | Self::TlsFile { .. }
                 | Self::NoSuchDatabase { .. }
+                | Self::ReadOnlyReplica { .. }
                 | Self::InvalidSettings { .. }
         )
     }
@@ -125,6 +133,7 @@ impl ConnectError {
             | Self::Tls { message }
             | Self::TlsFile { message, .. }
             | Self::NoSuchDatabase { message }
+            | Self::ReadOnlyReplica { message }
             | Self::InvalidSettings { message }
             | Self::Unreachable { message }
             | Self::Other { message } => Some(message),
@@ -162,6 +171,11 @@ impl ConnectError {
                 "use a database number below the server's `databases` setting (16 by default) \
                  in redis.url (redis://HOST:PORT/DB)"
             }
+            Self::ReadOnlyReplica { .. } => {
+                "point redis.url at the master (every instance at the same one); after a \
+                 failover, at an address that follows the master (a DNS name or a proxy \
+                 updated on failover)"
+            }
             Self::InvalidSettings { .. } => {
                 "check redis.url and redis.cluster against the server (a cluster needs \
                  redis-cluster:// or cluster = true; a single server needs neither)"
@@ -187,6 +201,7 @@ impl ConnectError {
             Self::Tls { .. } => "the TLS handshake with Redis failed",
             Self::TlsFile { .. } => "a TLS file cannot be used",
             Self::NoSuchDatabase { .. } => "the Redis database does not exist",
+            Self::ReadOnlyReplica { .. } => "Redis is a replica, not the master",
             Self::InvalidSettings { .. } => "the Redis settings cannot work",
             Self::Unreachable { .. } => "Redis is unreachable",
             Self::Timeout { .. } => "Redis did not answer in time",
@@ -253,6 +268,9 @@ mod classify {
             }
             if has("DB index is out of range") || has("invalid DB index") {
                 return Self::NoSuchDatabase { message };
+            }
+            if details.starts_with("READONLY") || has("READONLY You can't write") {
+                return Self::ReadOnlyReplica { message };
             }
             let tls_failure = tls && TLS_MARKERS.iter().any(|m| has(m));
             match error.kind() {

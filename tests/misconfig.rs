@@ -341,3 +341,47 @@ async fn unix_sockets_work() {
         );
     }
 }
+
+/// A read-only replica (an URL that names the wrong server, or a master a failover demoted)
+/// refuses the limiter's writes: a configuration error, found at start by `ROLE`, and the
+/// strict start refuses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_is_a_configuration_error() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start();
+    let port = master.port().to_string();
+    assert_eq!(replica.cli(&["REPLICAOF", "127.0.0.1", &port]).trim(), "OK");
+    let url = format!("redis://127.0.0.1:{}", replica.port());
+    assert_misconfigured(
+        config(url),
+        |e| matches!(e, ConnectError::ReadOnlyReplica { message } if message.contains("replica")),
+    )
+    .await;
+    assert_eq!(replica.cli(&["DBSIZE"]).trim(), "0");
+}
+
+/// An ACL user that may not run `ROLE` is not refused at start for it; if the server is a
+/// replica, the first check meets `READONLY`, which is the same configuration error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_found_by_a_check_is_the_same_configuration_error() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start();
+    let ok = replica.cli(&[
+        "ACL", "SETUSER", "norole", "on", ">pw", "~*", "+@all", "-role",
+    ]);
+    assert_eq!(ok.trim(), "OK");
+    let port = master.port().to_string();
+    assert_eq!(replica.cli(&["REPLICAOF", "127.0.0.1", &port]).trim(), "OK");
+    let url = format!("redis://norole:pw@127.0.0.1:{}", replica.port());
+    let limiter = RateLimiter::try_connect(config(url)).await.unwrap();
+    assert_eq!(limiter.backend(), Backend::Redis);
+    assert!(limiter.check("alice", "/items").await.allowed());
+    assert_eq!(limiter.backend(), Backend::Memory);
+    let cause = limiter.fallback_cause().unwrap();
+    assert!(
+        matches!(&cause, ConnectError::ReadOnlyReplica { message } if message.contains("READONLY")),
+        "{cause:?}"
+    );
+    assert_eq!(cause.reason(), "config");
+    assert!(cause.to_string().contains("the master"), "{cause}");
+}

@@ -9,6 +9,7 @@ use fred::prelude::{
     ReconnectPolicy,
 };
 use fred::types::config::TcpConfig;
+use fred::types::{ClusterHash, CustomCommand, Value};
 
 use super::super::StoreError;
 use super::{ask, Connections, RedisStore};
@@ -218,6 +219,7 @@ impl Connections {
         let connected = tokio::time::timeout_at(deadline, async {
             self.client.init().await?;
             self.script.load(&self.client).await?;
+            refuse_a_replica(&self.client).await?;
             Ok::<(), FredError>(())
         })
         .await;
@@ -275,6 +277,33 @@ impl Connections {
             }
         });
     }
+}
+
+/// Fails, as Redis's `READONLY` would at the first check, when a single server says it is a
+/// replica (`ROLE`): a replica refuses the script's writes, or keeps them from the instances on
+/// the master. A server that does not answer `ROLE` (an ACL user without it) is not refused.
+/// (A cluster client only sends to masters.)
+async fn refuse_a_replica(client: &Client) -> Result<(), FredError> {
+    if client.is_clustered() {
+        return Ok(());
+    }
+    let role = CustomCommand::new_static("ROLE", ClusterHash::Random, false);
+    let reply: Result<Value, FredError> = client.custom(role, Vec::<String>::new()).await;
+    let Ok(Value::Array(parts)) = reply else {
+        return Ok(());
+    };
+    let field = |i: usize| parts.get(i).and_then(|v| v.as_string());
+    if field(0).as_deref() != Some("slave") {
+        return Ok(());
+    }
+    let master = match (field(1), field(2)) {
+        (Some(host), Some(port)) => format!(" of {host}:{port}"),
+        _ => String::new(),
+    };
+    Err(FredError::new(
+        fred::error::ErrorKind::Unknown,
+        format!("READONLY the server is a replica{master} (ROLE), not the master"),
+    ))
 }
 
 impl Drop for Connections {
