@@ -33,6 +33,9 @@ pub enum TimeSource {
     /// `now` before anything is counted, so no request is ever told to wait longer than the
     /// window (and 1 µs), and an instance whose clock is off by `e` shifts the entries it
     /// touches by at most `e` (it may then admit, or make others wait, up to `e` early or late).
+    /// So with several instances the limits are exact only with [`Redis`](Self::Redis): an
+    /// instance a day behind frees every entry it meets for the others, which can then admit a
+    /// fresh limit on each of its checks (the guide's "Time": [`crate::guides::redis`]).
     App,
 }
 
