@@ -85,7 +85,21 @@ pub(crate) fn fred_config(url: &str, cluster: bool) -> Result<fred::prelude::Con
     } else {
         fred::prelude::Config::from_url(&url)
     };
-    config.map_err(|e| e.details().to_owned())
+    config.map_err(|e| fred_refusal(e.details()))
+}
+
+/// fred's reason for refusing a URL, in words where its own are a parser's (`InvalidPort`).
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+fn fred_refusal(details: &str) -> String {
+    let plain = match details {
+        "InvalidPort" => "the port is not a number from 1 to 65535",
+        "Invalid integer string." => "the database (the path: /DB) is not a number",
+        "EmptyHost" => "the host is missing",
+        "InvalidIpv4Address" | "InvalidIpv6Address" => "the host is no valid IP address",
+        "RelativeUrlWithoutBase" => "it is not a URL (redis://HOST:PORT)",
+        other => return format!("fred cannot read it: {other}"),
+    };
+    format!("{plain} (fred: {details})")
 }
 
 /// `url` pointed at one node (`host:port`) of its cluster, keeping its scheme's TLS and its
@@ -106,6 +120,22 @@ pub(crate) fn single_node(url: &str, addr: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn a_refused_url_is_told_in_words_naming_the_part() {
+        let refusal = |url| fred_config(url, false).unwrap_err();
+        assert!(
+            refusal("redis://127.0.0.1:99999").starts_with("the port is not a number"),
+            "{}",
+            refusal("redis://127.0.0.1:99999")
+        );
+        assert!(
+            refusal("redis://127.0.0.1:6379/abc").starts_with("the database"),
+            "{}",
+            refusal("redis://127.0.0.1:6379/abc")
+        );
+    }
 
     #[test]
     fn schemes() {

@@ -197,13 +197,7 @@ fn redis_required_with_a_config_file_that_names_no_redis_is_refused() {
     let file = dir.join("plain.toml");
     std::fs::write(&file, "window = \"60s\"\nuser_limit = 5\n").unwrap();
     let out = server_command()
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--redis",
-            "redis://127.0.0.1:1",
-            "--redis-required",
-        ])
+        .args(["--listen", "127.0.0.1:0", "--redis-required"])
         .arg("--config")
         .arg(&file)
         .output()
@@ -212,6 +206,22 @@ fn redis_required_with_a_config_file_that_names_no_redis_is_refused() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--redis-required"), "{err}");
     assert!(err.contains("[redis]"), "{err}");
+    assert!(out.stdout.is_empty(), "it never listened");
+    // A setting the file replaces, given as a flag or a variable beside it, is refused and
+    // named, not dropped without a word (an outside audit's `--redis` with `--config`).
+    let out = server_command()
+        .args(["--listen", "127.0.0.1:0", "--redis", "redis://127.0.0.1:1"])
+        .args(["--user-limit", "1", "--config"])
+        .arg(&file)
+        .env("RATE_LIMIT_WINDOW", "5s")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--config: --window, --user-limit, --redis would be ignored"),
+        "{err}"
+    );
     assert!(out.stdout.is_empty(), "it never listened");
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -644,6 +654,24 @@ fn a_bad_config_file_names_the_key_on_the_line_at_fault() {
             "[routes",
         ),
         ("\"user=limit\" = 5\n", "\"user=limit\":", "\"user:"),
+        // A key inside a table is named with its table (an outside audit was told
+        // `user_limit` for a route's, `command_tmeout` for Redis's).
+        (
+            "window = 60\n[routes.\"/x\"]\nuser_limit = -3\n",
+            "routes.\"/x\".user_limit:",
+            "window:",
+        ),
+        (
+            "[redis]\nurl = \"redis://127.0.0.1:1\"\ncommand_tmeout = \"1s\"\n",
+            "redis.command_tmeout",
+            "redis.url",
+        ),
+        // A URL fred refuses is told in words.
+        (
+            "[redis]\nurl = \"redis://127.0.0.1:99999\"\n",
+            "the port is not a number",
+            "redis.url: InvalidPort",
+        ),
     ];
     for (i, (text, named, not_named)) in cases.into_iter().enumerate() {
         let file = dir.join(format!("bad{i}.toml"));

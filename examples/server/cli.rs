@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use axum::http::HeaderName;
 use clap::error::ErrorKind;
-use clap::{CommandFactory, Parser};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser};
 use tiered_ratelimit::config::parse_duration;
 use tiered_ratelimit::{IpNet, RateLimitConfig, RateLimitLayer};
 
@@ -132,7 +133,7 @@ pub(crate) struct Cli {
     pub(crate) max_tracked_keys: usize,
 
     /// The config as a TOML file (the config's serde form), reloaded on SIGHUP; the limit,
-    /// window, key cap and Redis flags are then ignored
+    /// window, key cap and Redis flags are then refused (the file holds them)
     #[arg(long, env = "RATE_LIMIT_CONFIG", value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
 
@@ -172,10 +173,50 @@ fn header_name(value: &str) -> Result<HeaderName, String> {
     HeaderName::try_from(value).map_err(|_| "not a header name".to_owned())
 }
 
+/// The flags (by their ids) that a config file replaces: `--config` refuses them.
+const FILE_SETTINGS: [&str; 11] = [
+    "window",
+    "user_limit",
+    "endpoint_limit",
+    "global_limit",
+    "max_tracked_keys",
+    "redis",
+    "redis_timeout",
+    "global_shards",
+    "redis_ca",
+    "redis_cert",
+    "redis_key",
+];
+
 /// The command line and the config it makes; a wrong one ends the process with clap's message
 /// and exit code 2.
 pub(crate) fn settings() -> (Cli, RateLimitConfig) {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if cli.config.is_some() {
+        // The file is the whole config: a setting also given as a flag or a variable would be
+        // dropped without a word, so it is refused, named.
+        let given: Vec<String> = FILE_SETTINGS
+            .iter()
+            .filter(|id| {
+                matches!(
+                    matches.value_source(id),
+                    Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+                )
+            })
+            .map(|id| format!("--{}", id.replace('_', "-")))
+            .collect();
+        if !given.is_empty() {
+            let message = format!(
+                "--config: {} would be ignored (the file is the whole config); put the \
+                 setting in the file, or drop the file",
+                given.join(", ")
+            );
+            Cli::command()
+                .error(ErrorKind::ArgumentConflict, message)
+                .exit()
+        }
+    }
     // Not clap's `requires`: that would also fire on RATE_LIMIT_REDIS_REQUIRED=false.
     if cli.redis_required && cli.redis.is_none() && cli.config.is_none() {
         let message = "--redis-required needs --redis URL (or RATE_LIMIT_REDIS_URL)";
@@ -215,7 +256,7 @@ pub(crate) fn settings() -> (Cli, RateLimitConfig) {
     // With --config the Redis flags are ignored: the file must name Redis itself.
     if cli.redis_required && config.redis().is_none() {
         let message = "--redis-required: the config file names no Redis (a [redis] section \
-                       with its url); with --config the --redis flags are ignored";
+                       with its url); with --config the --redis flags are refused";
         Cli::command()
             .error(ErrorKind::MissingRequiredArgument, message)
             .exit()

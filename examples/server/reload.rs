@@ -7,15 +7,27 @@ pub(crate) fn load(path: &std::path::Path) -> Result<RateLimitConfig, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     toml::from_str(&text).map_err(|e| {
         // Name the key of the line the error points into (the text before its `=`): the span
-        // starts at a bad value, or at the start of an unknown or duplicate key's line.
+        // starts at a bad value, or at the start of an unknown or duplicate key's line. A key
+        // inside a table is named with the table's (`redis.time_source`).
         let key = e
             .span()
             .and_then(|span| {
                 let start = text.get(..span.start)?.rfind('\n').map_or(0, |i| i + 1);
-                text.get(start..)?.lines().next()
+                let key = key_of_line(text.get(start..)?.lines().next()?)?;
+                if text[start..].trim_start().starts_with('[') {
+                    return Some(key.to_owned());
+                }
+                let table = text[..start]
+                    .lines()
+                    .rev()
+                    .find(|l| l.trim_start().starts_with('['))
+                    .and_then(key_of_line);
+                Some(match table {
+                    Some(table) => format!("{table}.{key}"),
+                    None => key.to_owned(),
+                })
             })
-            .and_then(key_of_line)
-            .filter(|key| !key.is_empty() && !e.message().starts_with(key));
+            .filter(|key| !key.is_empty() && !e.message().starts_with(key.as_str()));
         match key {
             Some(key) => format!("{}: {key}: {}", path.display(), e.message()),
             None => format!("{}: {}", path.display(), e.message()),

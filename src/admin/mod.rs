@@ -199,7 +199,10 @@ async fn usage(
         Err(e) => problem(
             StatusCode::SERVICE_UNAVAILABLE,
             "Store unavailable",
-            &format!("the rate limit store failed: {e}. Nothing was changed; ask again"),
+            &format!(
+                "the rate limit store failed: {}. Nothing was changed; ask again",
+                sentence(&e)
+            ),
         ),
     }
 }
@@ -267,14 +270,21 @@ fn block_failed(error: &BlockError) -> Response {
 /// later: every admin change is safe to repeat.
 fn unavailable(error: &dyn std::error::Error) -> Response {
     let detail = format!(
-        "the rate limit store failed: {error}. The change may not have landed (after a \
-         timeout it may still land later); it is safe to repeat"
+        "the rate limit store failed: {}. The change may not have landed (after a \
+         timeout it may still land later); it is safe to repeat",
+        sentence(error)
     );
     problem(
         StatusCode::SERVICE_UNAVAILABLE,
         "Store unavailable",
         &detail,
     )
+}
+
+/// An error's text without its closing period, to go on in a sentence of its own (fred's end
+/// in one: `Request timed out.`).
+fn sentence(error: &dyn std::error::Error) -> String {
+    error.to_string().trim_end_matches('.').to_owned()
 }
 
 fn bad_request(detail: String) -> Response {

@@ -334,5 +334,7 @@ async fn a_block_that_redis_could_not_take_is_a_503() {
     let (status, kind, problem) = admin.post("/block", r#"{"user":"x","seconds":5}"#).await;
     assert_eq!(status, 503, "{problem}");
     assert_eq!(kind, "application/problem+json");
-    assert!(problem["detail"].as_str().unwrap().contains("store failed"));
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(detail.contains("store failed"), "{detail}");
+    assert!(!detail.contains(".."), "one sentence ends once: {detail}");
 }
