@@ -89,10 +89,14 @@ impl FallbackStore {
         let active = self.active.load_full();
         if let Active::Redis(redis) = &*active {
             if !redis.wait_connected().await {
-                let error = redis.start_error().unwrap_or(ConnectError::Timeout {
+                // The start's own cause, as it is: not sorted as a check's error would be (a
+                // wait that ran out while fred was reporting a failed handshake is the start
+                // timing out, not a connection lost under a check).
+                let cause = redis.start_error().unwrap_or(ConnectError::Timeout {
                     after: self.shared.redis.connect_timeout,
                 });
-                self.fall_back(&active, &StoreError::with_source(error.to_string(), error));
+                let error = StoreError::with_source(cause.to_string(), cause.clone());
+                self.fall_back_for(&active, &error, cause);
             }
         }
     }
@@ -137,13 +141,22 @@ impl FallbackStore {
         }
     }
 
-    /// Swaps `failed` (if it is still the active Redis store) for a fresh memory store.
+    /// Swaps `failed` (if it is still the active Redis store) for a fresh memory store, after a
+    /// check's `error`.
     fn fall_back(&self, failed: &Arc<Active>, error: &StoreError) {
-        crate::observe::store_error("redis");
         let Active::Redis(redis) = &**failed else {
             return;
         };
         let cause = redis.cause_of(error, self.shared.redis.command_timeout);
+        self.fall_back_for(failed, error, cause);
+    }
+
+    /// [`fall_back`](Self::fall_back) with its cause known.
+    fn fall_back_for(&self, failed: &Arc<Active>, error: &StoreError, cause: ConnectError) {
+        crate::observe::store_error("redis");
+        let Active::Redis(redis) = &**failed else {
+            return;
+        };
         let memory = Arc::new(Active::Memory(
             MemoryStore::with_max_keys(self.shared.max_keys),
             cause.clone(),
