@@ -293,7 +293,8 @@ async fn refuse_a_replica(client: &Client) -> Result<(), FredError> {
         return Ok(());
     };
     let field = |i: usize| parts.get(i).and_then(|v| v.as_string());
-    if field(0).as_deref() != Some("slave") {
+    // Redis and Valkey say `slave`; some compatible servers say `replica`.
+    if !matches!(field(0).as_deref(), Some("slave" | "replica")) {
         return Ok(());
     }
     let master = match (field(1), field(2)) {
