@@ -1,0 +1,152 @@
+//! Connections Redis closes or loses while the service is quiet: its idle `timeout`, a restart.
+//! Neither is Redis failing a check, so neither is a fallback; and a store that did fall back
+//! (or was dropped) stops reconnecting. Against `redis-server` processes this test starts.
+#![cfg(feature = "redis")]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{limits, RedisServer};
+use tiered_ratelimit::{Backend, ManualClock, RateLimitConfig, RateLimiter, TimeSource};
+
+const MINUTE: Duration = Duration::from_secs(60);
+/// The command timeout of the tests where Redis goes away.
+const TIMEOUT: Duration = Duration::from_millis(100);
+/// The connect timeout, and the command timeout where Redis stays up: longer than any
+/// scheduling hiccup of a loaded machine.
+const STEADY: Duration = Duration::from_secs(5);
+
+fn config(server: &RedisServer, user: u64, timeout: Duration) -> RateLimitConfig {
+    limits(user, 0, 0, MINUTE)
+        .redis_url(server.url())
+        .redis_time_source(TimeSource::App) // driven by a ManualClock
+        .redis_command_timeout(timeout)
+        .redis_connect_timeout(STEADY)
+        .build()
+        .unwrap()
+}
+
+async fn connected(config: RateLimitConfig, clock: &ManualClock) -> RateLimiter {
+    let limiter = RateLimiter::builder(config).clock(clock.clone()).build();
+    limiter.wait_connected().await;
+    assert_eq!(limiter.backend(), Backend::Redis);
+    limiter
+}
+
+/// Connections the server has accepted in all (`redis-cli`'s own among them).
+fn connections(server: &RedisServer) -> u64 {
+    let info = server.cli(&["info", "stats"]);
+    let line = info
+        .lines()
+        .find(|l| l.starts_with("total_connections_received:"))
+        .unwrap();
+    line.split(':').nth(1).unwrap().trim().parse().unwrap()
+}
+
+/// Redis's `timeout` (close a client idle that long; managed services and NAT gateways do the
+/// same) is not Redis failing: a quiet service whose connection was closed while idle reconnects
+/// at once, stays on Redis and keeps its counts, and its next check waits for nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_redis_closed_while_idle_is_reopened_and_the_counts_stay_on_redis() {
+    let server = RedisServer::start_with(&["--timeout", "1"]);
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let limiter = connected(config(&server, 5, STEADY), &clock).await;
+    for left in [4, 3] {
+        let d = limiter.check("alice", "/").await;
+        assert!(d.allowed());
+        assert_eq!(d.remaining(), left);
+    }
+    let before = connections(&server);
+    // Idle past the server's timeout (Redis sweeps idle clients about once a second).
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let after = connections(&server);
+    // One of them is redis-cli's own, for the second INFO.
+    assert!(
+        after >= before + 2,
+        "Redis closed the idle connection and the client opened another ({before} -> {after})"
+    );
+    let started = std::time::Instant::now();
+    let d = limiter.check("alice", "/").await;
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        limiter.backend(),
+        Backend::Redis,
+        "{:?}",
+        limiter.fallback_cause()
+    );
+    assert_eq!(
+        d.remaining(),
+        2,
+        "the count of the Redis key, not of a fresh memory store"
+    );
+    assert_eq!(server.command_calls("evalsha"), 3);
+}
+
+/// A Redis restarted while the service is quiet (down longer than a few reconnections in a
+/// row, which is what any restart takes) is not Redis failing a check: the client keeps
+/// reconnecting in the background, and the first check after Redis is back runs on it, at
+/// once, with no fallback. (With reconnections that gave up, that check waited out its timeout
+/// on a client that would never connect again and moved the limiter to memory for good.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restarted_while_the_service_is_quiet_is_used_again_without_a_fallback() {
+    let mut server = RedisServer::start();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let limiter = connected(config(&server, 5, TIMEOUT), &clock).await;
+    assert!(limiter.check("alice", "/").await.allowed());
+    server.kill();
+    // Down for half a second, with no check: far longer than three reconnections 20 ms apart.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.restart();
+    // Back: the client's next reconnection (at most 50 ms and its jitter away) finds it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = std::time::Instant::now();
+    let d = limiter.check("alice", "/").await;
+    let took = started.elapsed();
+    assert_eq!(
+        limiter.backend(),
+        Backend::Redis,
+        "{:?}",
+        limiter.fallback_cause()
+    );
+    assert!(took < TIMEOUT, "{took:?}");
+    // The restarted server is empty (and has no script: NOSCRIPT, loaded again, run again):
+    // this check is its first entry, counted on Redis.
+    assert_eq!(d.remaining(), 4);
+    assert_eq!(server.cli(&["zcard", "rate_limit:user:alice"]).trim(), "1");
+}
+
+/// The other side of reconnecting in the background: once the store has fallen back (Redis
+/// gone when a check needed it), or the limiter is dropped, its clients are closed even while
+/// they are reconnecting, and nothing connects to that Redis again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_fallback_or_a_drop_the_clients_stop_reconnecting() {
+    for drop_it in [false, true] {
+        let mut server = RedisServer::start();
+        let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+        let limiter = connected(config(&server, 5, TIMEOUT), &clock).await;
+        assert!(limiter.check("alice", "/").await.allowed());
+        server.kill();
+        // Let the clients notice and start reconnecting.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if drop_it {
+            drop(limiter);
+        } else {
+            assert!(limiter.check("alice", "/").await.allowed());
+            assert_eq!(limiter.backend(), Backend::Memory);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        server.restart();
+        let before = connections(&server); // redis-cli's own
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            connections(&server),
+            before + 1, // the second redis-cli
+            "a closed store's client connected again (dropped: {drop_it})"
+        );
+    }
+}
