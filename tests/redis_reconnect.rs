@@ -150,3 +150,87 @@ async fn after_a_fallback_or_a_drop_the_clients_stop_reconnecting() {
         );
     }
 }
+
+/// The same, when the client is in the middle of a reconnection at that moment: a server that
+/// accepts connections and never answers (a hung Redis, a blackholed host) holds each attempt
+/// for the connect timeout, and fred's `QUIT` does not reach a client inside one. Closing the
+/// store ends it all the same (its routing tasks are aborted), for a fallback and for a drop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_closed_while_reconnecting_to_a_server_that_never_answers_stops() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    for drop_it in [false, true] {
+        let mut server = RedisServer::start();
+        let port = server.port();
+        let config = limits(5, 0, 0, MINUTE)
+            .redis_url(server.url())
+            .redis_time_source(TimeSource::App)
+            .redis_command_timeout(TIMEOUT)
+            .redis_connect_timeout(Duration::from_millis(500))
+            .build()
+            .unwrap();
+        let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+        let limiter = connected(config, &clock).await;
+        assert!(limiter.check("alice", "/").await.allowed());
+        server.kill();
+        // The port now accepts and never answers.
+        let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for stream in listener.incoming().flatten() {
+                count.fetch_add(1, Ordering::SeqCst);
+                held.push(stream);
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert!(
+            accepted.load(Ordering::SeqCst) >= 1,
+            "the client was reconnecting"
+        );
+        if drop_it {
+            drop(limiter);
+        } else {
+            assert!(limiter.check("alice", "/").await.allowed());
+            assert_eq!(limiter.backend(), Backend::Memory);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let at_close = accepted.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(2000)).await;
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            at_close,
+            "a closed store kept reconnecting (dropped: {drop_it})"
+        );
+    }
+}
+
+/// A store closed while its first connection is still being made (a check that timed out on a
+/// slow Redis fell back meanwhile): what connects afterwards, the commands' client and the
+/// invalidation listener's, is closed as soon as it has, not left open for the process's life.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_closed_while_it_was_connecting_closes_what_connects_after() {
+    let server = RedisServer::start();
+    let others = || -> Vec<String> {
+        let list = server.cli(&["CLIENT", "LIST"]);
+        let others = list.lines().filter(|l| !l.contains("cmd=client|list"));
+        others.map(str::to_owned).collect()
+    };
+    let config = limits(5, 0, 0, MINUTE)
+        .redis_url(server.url())
+        .redis_time_source(TimeSource::App)
+        .redis_command_timeout(TIMEOUT)
+        .redis_connect_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    server.pause(); // the first connection is answered only after the check has given up
+    let limiter = RateLimiter::new(config);
+    assert!(limiter.check("alice", "/").await.allowed());
+    assert_eq!(limiter.backend(), Backend::Memory);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.resume();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(others(), Vec::<String>::new(), "clients of a closed store");
+    drop(limiter);
+}

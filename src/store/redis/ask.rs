@@ -189,7 +189,7 @@ async fn ask_client(
         cluster: false,
         ..config.clone()
     };
-    let client = connection::build_client(&config).ok()?;
+    let client = connection::build_client(&config, false).ok()?;
     client.init().await.ok()?;
     clients.push((addr, client.clone()));
     Some(client)

@@ -16,19 +16,18 @@ use super::{ask, Connections, RedisStore};
 use crate::config::RedisConfig;
 use crate::connect_error::ConnectError;
 
-/// Reconnections in a row before the client stops trying: with the delays below, over a
-/// minute of them (a connection that comes back resets the count). Bounded, so that a client
-/// nothing closes (a reconnection under way when the store closes it) does not try for ever.
-const RECONNECT_ATTEMPTS: u32 = 1_200;
-/// The first reconnection's delay (ms); each next one waits twice as long as the one before, up
-/// to [`RECONNECT_MAX_DELAY_MS`].
-const RECONNECT_MIN_DELAY_MS: u32 = 1;
-/// The longest wait between two reconnections (ms, before jitter): once Redis is back, a check
-/// finds it connected again within this (and the jitter), well inside a command timeout.
-const RECONNECT_MAX_DELAY_MS: u32 = 50;
-/// The most a reconnection adds to its delay (a random part of it), so that instances do not
-/// all reconnect at once.
-const RECONNECT_JITTER_MS: u32 = 20;
+/// Reconnections in a row before the store's client stops trying, each after a random wait of
+/// up to [`RECONNECT_JITTER_MS`] (so that instances do not all reconnect at once): about a
+/// minute of them when each attempt fails at once, longer when connecting itself takes time
+/// (a connection that comes back resets the count). Closing the store ends them sooner.
+const RECONNECT_ATTEMPTS: u32 = 2_400;
+/// The longest wait before a reconnection (ms): once Redis is back, the client is connected
+/// again within this, plus the time connecting takes.
+const RECONNECT_JITTER_MS: u32 = 50;
+/// A cluster's ASK follower (opened again when it is next needed): a few reconnections in a
+/// row, each after up to 20 ms.
+const BRIEF_RECONNECT_ATTEMPTS: u32 = 3;
+const BRIEF_RECONNECT_JITTER_MS: u32 = 20;
 
 /// Where the first connection stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,8 +45,10 @@ pub(super) fn uses_tls(config: &RedisConfig) -> bool {
     crate::redis_url::scheme(&config.url).is_ok_and(|s| s.tls)
 }
 
-/// The fred client for `config`, with TLS set up for a TLS URL (reading its files).
-pub(super) fn build_client(config: &RedisConfig) -> Result<Client, ConnectError> {
+/// The fred client for `config`, with TLS set up for a TLS URL (reading its files). On a single
+/// node it reconnects in the background: for about a minute when `reconnect` (the store's own
+/// client), a few times in a row otherwise (a cluster's ASK follower).
+pub(super) fn build_client(config: &RedisConfig, reconnect: bool) -> Result<Client, ConnectError> {
     let invalid = |message| ConnectError::InvalidSettings { message };
     #[cfg_attr(not(feature = "tls"), allow(unused_mut))]
     let mut redis = crate::redis_url::fred_config(&config.url, config.cluster).map_err(invalid)?;
@@ -73,19 +74,20 @@ pub(super) fn build_client(config: &RedisConfig) -> Result<Client, ConnectError>
     let mut builder = Builder::from_config(redis);
     if !clustered {
         // A connection Redis closes (its `timeout` on an idle client, a proxy's or a NAT's idle
-        // limit, a restart) is opened again in the background, at once and then every 50 ms at
-        // most, for over a minute: without it, a quiet service's next check would wait out
-        // its timeout on a dead socket and fall back for good, even with Redis back (a restart
-        // takes far longer than a few attempts in a row). A check sent while Redis is gone
-        // still waits at most its command timeout; then the store falls back and closes this
-        // client, which ends the reconnections.
-        let mut policy = ReconnectPolicy::new_exponential(
-            RECONNECT_ATTEMPTS,
-            RECONNECT_MIN_DELAY_MS,
-            RECONNECT_MAX_DELAY_MS,
-            2,
-        );
-        policy.set_jitter(RECONNECT_JITTER_MS);
+        // limit, a restart) is opened again in the background: without it, a quiet service's
+        // next check would wait out its timeout on a dead socket and fall back for good, even
+        // with Redis back (a restart takes far longer than a few attempts in a row). A check
+        // sent while Redis is gone still waits at most its command timeout; then the store
+        // falls back and closes this client (`close_clients`), which ends the reconnections.
+        let policy = if reconnect {
+            let mut policy = ReconnectPolicy::new_constant(RECONNECT_ATTEMPTS, 0);
+            policy.set_jitter(RECONNECT_JITTER_MS);
+            policy
+        } else {
+            let mut policy = ReconnectPolicy::new_constant(BRIEF_RECONNECT_ATTEMPTS, 0);
+            policy.set_jitter(BRIEF_RECONNECT_JITTER_MS);
+            policy
+        };
         builder.set_policy(policy);
     }
     builder
@@ -139,6 +141,11 @@ impl RedisStore {
                     Conn::Failed
                 }
             };
+            // Closed while connecting (a check that timed out meanwhile fell back, or the
+            // limiter was dropped): what connected since is closed now.
+            if inner.closed.load(Ordering::Acquire) {
+                inner.close_clients();
+            }
             inner.conn.send_replace(state);
         });
     }
@@ -217,7 +224,8 @@ impl Connections {
     /// the margin by which the store reports itself up before any waiter gives up on it.
     async fn connect(&self, deadline: tokio::time::Instant) -> Result<(), ConnectError> {
         let connected = tokio::time::timeout_at(deadline, async {
-            self.client.init().await?;
+            let router = self.client.init().await?;
+            self.keep_router(router);
             self.script.load(&self.client).await?;
             refuse_a_replica(&self.client).await?;
             Ok::<(), FredError>(())
@@ -225,8 +233,10 @@ impl Connections {
         .await;
         match connected {
             Ok(Ok(())) => {
-                self.listen_for_invalidations(deadline - self.connect_timeout / 4)
-                    .await;
+                if !self.closed.load(Ordering::Acquire) {
+                    self.listen_for_invalidations(deadline - self.connect_timeout / 4)
+                        .await;
+                }
                 Ok(())
             }
             Ok(Err(error)) => Err(ConnectError::from_fred(
@@ -240,6 +250,13 @@ impl Connections {
         }
     }
 
+    /// Keeps the routing task of a client that connected, for [`close_clients`](Self::close_clients).
+    pub(super) fn keep_router(&self, router: fred::types::ConnectHandle) {
+        let mut routers = self.routers.lock().unwrap_or_else(|e| e.into_inner());
+        routers.retain(|r| !r.is_finished());
+        routers.push(router);
+    }
+
     /// Closes the connections (after a fallback, or when the store is dropped), in the
     /// background, on the runtime the store started on.
     pub(super) fn shutdown(&self) {
@@ -247,33 +264,40 @@ impl Connections {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
+        self.close_clients();
+    }
+
+    /// Closes what is open now: each connected client with `QUIT`, then every routing task
+    /// aborted, which ends a reconnection under way (fred's `QUIT` does not reach one that is
+    /// in the middle of connecting). Called again by the start if it connects after the store
+    /// was closed: each client and task is taken once.
+    pub(super) fn close_clients(&self) {
         let listener = self
             .listener
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
+        let routers = std::mem::take(&mut *self.routers.lock().unwrap_or_else(|e| e.into_inner()));
         let runtime = tokio::runtime::Handle::try_current()
             .ok()
             .or_else(|| self.runtime.get().cloned());
         let Some(runtime) = runtime else {
             return;
         };
-        // A client that never connected has nothing to close (fred would log a warning of its
-        // own for it). One that did may be reconnecting, not connected, at this moment: it is
-        // closed all the same, which ends its reconnections.
-        let mut clients = Vec::new();
-        if *self.conn.borrow() == Conn::Ready || self.client.is_connected() {
-            clients.push(self.client.clone());
-        }
+        let mut clients = vec![self.client.clone()];
         if let Some((subscriber, task)) = listener {
             task.abort();
             clients.push(subscriber);
         }
-        let asked = self.ask_clients.open_now().into_iter();
-        clients.extend(asked.filter(|c| c.is_connected()));
+        clients.extend(self.ask_clients.open_now());
         runtime.spawn(async move {
-            for client in clients {
+            // A client not connected has nothing to say `QUIT` to (and fred would log a
+            // warning of its own for one whose task has ended): its task is aborted below.
+            for client in clients.into_iter().filter(|c| c.is_connected()) {
                 let _ = tokio::time::timeout(Duration::from_secs(1), client.quit()).await;
+            }
+            for router in routers {
+                router.abort();
             }
         });
     }

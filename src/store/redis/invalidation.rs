@@ -32,14 +32,21 @@ impl Connections {
         let subscriber = self.client.clone_new();
         let mut messages = subscriber.message_rx();
         let mut errors = subscriber.error_rx();
-        let subscribed = self.subscribe(&subscriber, &mut messages);
+        let mut router = None;
+        let subscribed = self.subscribe(&subscriber, &mut messages, &mut router);
         let subscribed = tokio::time::timeout_at(deadline, subscribed)
             .await
             .unwrap_or_else(|_| Err(FredError::new(ErrorKind::Timeout, "no probe came back")));
         if let Err(error) = subscribed {
             tracing::warn!(%error, "no Redis invalidation channel: repeated denials ask Redis");
             let _ = tokio::time::timeout(Duration::from_secs(1), subscriber.quit()).await;
+            if let Some(router) = router {
+                router.abort();
+            }
             return;
+        }
+        if let Some(router) = router {
+            self.keep_router(router);
         }
         let denials = self.denials.clone();
         denials.enable();
@@ -63,14 +70,15 @@ impl Connections {
     }
 
     /// Subscribes `subscriber`, and waits until a probe published on the channel comes back
-    /// through it.
+    /// through it. Its routing task, once it connected, goes to `router`.
     async fn subscribe(
         &self,
         subscriber: &Client,
         messages: &mut tokio::sync::broadcast::Receiver<fred::types::Message>,
+        router: &mut Option<fred::types::ConnectHandle>,
     ) -> Result<(), FredError> {
         let channel = channel(&self.prefix);
-        subscriber.init().await?;
+        *router = Some(subscriber.init().await?);
         subscriber.subscribe(channel.as_str()).await?;
         let receivers: i64 = self.client.publish(channel.as_str(), "").await?;
         // On a cluster PUBLISH counts only the subscribers of the node it reached; the probe

@@ -103,7 +103,11 @@ struct Connections {
     /// the task listening for invalidations.
     runtime: OnceLock<tokio::runtime::Handle>,
     listener: std::sync::Mutex<Option<(Client, tokio::task::JoinHandle<()>)>>,
-    /// The connections were closed (or are being closed): once is enough.
+    /// The routing tasks of the clients that connected (the commands' and the listener's):
+    /// closing the store aborts them, which ends a reconnection under way, even one in the
+    /// middle of connecting (fred's `quit` alone does not reach that).
+    routers: std::sync::Mutex<Vec<fred::types::ConnectHandle>>,
+    /// The connections were closed (or are being closed).
     closed: AtomicBool,
     /// Why the first connection failed (set before `conn` turns `Failed`).
     start_error: OnceLock<ConnectError>,
@@ -133,7 +137,7 @@ impl RedisStore {
     /// called inside a tokio runtime; never blocks.
     pub fn new(prefix: &str, config: &RedisConfig) -> Self {
         let start_error = OnceLock::new();
-        let (client, failed, clustered) = match connection::build_client(config) {
+        let (client, failed, clustered) = match connection::build_client(config, true) {
             Ok(client) => {
                 let clustered = client.is_clustered();
                 (client, false, clustered)
@@ -159,6 +163,7 @@ impl RedisStore {
                 denials: Arc::new(DenialCache::default()),
                 runtime: OnceLock::new(),
                 listener: std::sync::Mutex::new(None),
+                routers: std::sync::Mutex::new(Vec::new()),
                 closed: AtomicBool::new(false),
                 ask_clients: AskClients::default(),
                 global: clustered
