@@ -154,8 +154,9 @@ impl ConnectError {
             }
             Self::NoPermission { .. } => {
                 "grant the ACL user the limiter's commands on its keys, e.g. ACL SETUSER USER \
-                 ~rate_limit:* +script|load +evalsha +del (the script's own commands: +zrange \
-                 +zremrangebyscore +zadd +pexpire +time)"
+                 ~rate_limit:* +script|load +evalsha +del +role (the script's own commands: \
+                 +zrange +zremrangebyscore +zadd +pexpire +time; +role lets the start refuse a \
+                 replica)"
             }
             Self::Tls { .. } => {
                 "check that the port speaks TLS, that redis.tls_ca_file holds the CA that signed \

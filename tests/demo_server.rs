@@ -188,7 +188,7 @@ fn tls_flags_are_checked_with_the_other_settings() {
     assert!(err.contains("redis.global_shards"), "{err}");
 }
 
-/// With `--config`, the Redis flags are ignored and the file says where Redis is; an outside
+/// With `--config`, the Redis flags are refused and the file says where Redis is; an outside
 /// review gave `--redis URL --redis-required` with a file that names no Redis, and the demo
 /// served on memory: each instance with limits of its own, what the flag exists to prevent.
 #[test]

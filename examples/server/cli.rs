@@ -253,7 +253,7 @@ pub(crate) fn settings() -> (Cli, RateLimitConfig) {
             .error(ErrorKind::ValueValidation, format!("invalid settings: {e}"))
             .exit(),
     };
-    // With --config the Redis flags are ignored: the file must name Redis itself.
+    // With --config the Redis flags are refused (above): the file must name Redis itself.
     if cli.redis_required && config.redis().is_none() {
         let message = "--redis-required: the config file names no Redis (a [redis] section \
                        with its url); with --config the --redis flags are refused";

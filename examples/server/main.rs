@@ -31,7 +31,7 @@
 //! histogram in the Prometheus text format (`metrics.rs`; docs/OPERATIONS.md, "Seeing it").
 //!
 //! With `--config FILE` the limits come from a TOML file in the config's serde form (the limit,
-//! window and Redis flags are then ignored), and SIGHUP reloads it while the server runs: a
+//! window and Redis flags are then refused), and SIGHUP reloads it while the server runs: a
 //! good file takes effect at once (the next request sees it) and the log says what changed; a
 //! bad one, or one that changes the Redis settings, the key prefix or the key cap (those need
 //! a restart), is refused with the reason, and the running config stays.
