@@ -65,9 +65,10 @@ pub enum ConnectError {
         /// Redis's reply.
         message: String,
     },
-    /// The server is a replica (`ROLE` at start, or `READONLY` in a check): it refuses the
-    /// limiter's writes, or (`replica-read-only no`) keeps them from every instance that uses
-    /// the master. Configuration: after a failover, the URL still names the old master.
+    /// The server is a replica (its `ROLE` at start): it refuses the limiter's writes, or
+    /// (`replica-read-only no`) keeps them from every instance that uses the master.
+    /// Configuration. (A `READONLY` reply in a check, after a start on a master, is most often
+    /// a failover that demoted it: [`Other`](Self::Other), an outage.)
     ReadOnlyReplica {
         /// Redis's reply.
         message: String,
@@ -173,8 +174,8 @@ impl ConnectError {
                  in redis.url (redis://HOST:PORT/DB)"
             }
             Self::ReadOnlyReplica { .. } => {
-                "point redis.url at the master (every instance at the same one); after a \
-                 failover, at an address that follows the master (a DNS name or a proxy \
+                "point redis.url at the master (every instance at the same one), or at an \
+                 address that follows the master through a failover (a DNS name or a proxy \
                  updated on failover)"
             }
             Self::InvalidSettings { .. } => {
@@ -270,8 +271,21 @@ mod classify {
             if has("DB index is out of range") || has("invalid DB index") {
                 return Self::NoSuchDatabase { message };
             }
-            if details.starts_with("READONLY") || has("READONLY You can't write") {
-                return Self::ReadOnlyReplica { message };
+            if has("READONLY") {
+                // At start, `ROLE` said so: the URL names a replica. In a check, the server
+                // the connection reached refuses writes now: most often a failover that
+                // demoted it (an address that follows the master reconnects to the new one),
+                // so an outage, not the settings.
+                return if has("(ROLE)") {
+                    Self::ReadOnlyReplica { message }
+                } else {
+                    Self::Other {
+                        message: format!(
+                            "{message} (the server refuses writes: a replica now, as after a \
+                             failover, or the URL names one)"
+                        ),
+                    }
+                };
             }
             let tls_failure = tls && TLS_MARKERS.iter().any(|m| has(m));
             match error.kind() {
