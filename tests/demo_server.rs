@@ -219,7 +219,9 @@ fn redis_required_with_a_config_file_that_names_no_redis_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("--config: --window, --user-limit, --redis would be ignored"),
+        err.contains(
+            "--config: RATE_LIMIT_WINDOW (--window), --user-limit, --redis would be ignored"
+        ),
         "{err}"
     );
     assert!(out.stdout.is_empty(), "it never listened");

@@ -204,7 +204,20 @@ pub(crate) fn settings() -> (Cli, RateLimitConfig) {
                     Some(ValueSource::CommandLine | ValueSource::EnvVariable)
                 )
             })
-            .map(|id| format!("--{}", id.replace('_', "-")))
+            .map(|id| {
+                let flag = format!("--{}", id.replace('_', "-"));
+                match matches.value_source(id) {
+                    // The variable a deployment set, as it set it.
+                    Some(ValueSource::EnvVariable) => Cli::command()
+                        .get_arguments()
+                        .find(|a| a.get_id() == *id)
+                        .and_then(|a| a.get_env())
+                        .map_or(flag.clone(), |env| {
+                            format!("{} ({flag})", env.to_string_lossy())
+                        }),
+                    _ => flag,
+                }
+            })
             .collect();
         if !given.is_empty() {
             let message = format!(

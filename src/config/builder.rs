@@ -80,7 +80,8 @@ impl RateLimitConfigBuilder {
     /// endpoints together. A key costs about 130 to 190 bytes with short ids and up to about
     /// 530 with the longest ids kept (128 bytes, all escaped), so the default cap bounds the
     /// store at roughly 0.2 to 0.5 GB (docs/BENCHMARKS.md, section 7). Redis has no such cap:
-    /// bound it with `maxmemory`.
+    /// bound it with `maxmemory`. At least [`MIN_TRACKED_KEYS`](crate::config::MIN_TRACKED_KEYS)
+    /// (2): a request may need a new user key and a new endpoint key at once.
     pub fn max_tracked_keys(mut self, max: usize) -> Self {
         self.raw.max_tracked_keys = max;
         self

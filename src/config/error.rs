@@ -28,8 +28,9 @@ pub enum ConfigError {
     /// given): a request may need a user key and an endpoint key at once, so a smaller cap
     /// would admit no such request, ever.
     #[error(
-        "max_tracked_keys: {0} is below the minimum of 2 (a request may need a user key and an \
-         endpoint key at once)"
+        "max_tracked_keys: {0} is below the minimum of {min} (a request may need a user key and \
+         an endpoint key at once)",
+        min = super::MIN_TRACKED_KEYS
     )]
     MaxTrackedKeysTooSmall(usize),
     /// The Redis URL is empty or not one fred accepts.
