@@ -519,6 +519,23 @@ async fn any_tower_service_with_any_bytes_body() {
     assert_eq!(problem["retry_after"], 60);
 }
 
+/// An endpoint closure's empty name is no name: counted under the unmatched-route key, with the
+/// requests it names none for (never under an empty endpoint).
+#[tokio::test]
+async fn an_empty_endpoint_name_is_the_unmatched_route() {
+    let svc = tower::service_fn(|_req: Request<String>| async {
+        Ok::<_, Infallible>(Response::new(Full::new(bytes::Bytes::from_static(b"ok"))))
+    });
+    let layer = RateLimitLayer::new(config(0, 1, 0))
+        .endpoint(|parts| (parts.uri.path() == "/empty").then(String::new));
+    let svc = tower::Layer::layer(&layer, svc);
+    let request = |path: &str| Request::builder().uri(path).body(String::new()).unwrap();
+    let first = svc.clone().oneshot(request("/empty")).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let second = svc.oneshot(request("/none")).await.unwrap();
+    assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS, "one bucket");
+}
+
 #[tokio::test]
 async fn mock_connect_info_is_read_too() {
     use axum::extract::connect_info::MockConnectInfo;

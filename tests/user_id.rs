@@ -1,5 +1,6 @@
 //! The three ways to name the user id (an owning closure, a header, a borrowing closure) over
-//! real HTTP: they decide alike, a header a client leaves empty or garbles (not UTF-8) is no id
+//! real HTTP: they decide alike, an empty id (from any of them) or a header a client garbles
+//! (not UTF-8) is no id
 //! (the client address stands in), a UTF-8 id is its own user, and the borrowed id survives the
 //! waiting path of the Redis store.
 #![cfg(all(feature = "axum", feature = "redis"))]
@@ -64,15 +65,16 @@ type Named = fn(RateLimitLayer) -> RateLimitLayer;
 const SOURCES: [(&str, Named); 3] = [
     ("owning closure", |layer| {
         layer.user_id(|parts| {
+            // An empty id is passed on as it is: the layer takes it for no id.
             let id = std::str::from_utf8(parts.headers.get("x-user-id")?.as_bytes()).ok()?;
-            (!id.is_empty()).then(|| id.to_owned())
+            Some(id.to_owned())
         })
     }),
     ("header", |layer| layer.user_id_header("x-user-id")),
     ("borrowing closure", |layer| {
         layer.user_id_ref(|parts| {
             let id = std::str::from_utf8(parts.headers.get("x-user-id")?.as_bytes()).ok()?;
-            (!id.is_empty()).then_some(Cow::Borrowed(id))
+            Some(Cow::Borrowed(id))
         })
     }),
 ];

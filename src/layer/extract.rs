@@ -91,9 +91,11 @@ impl<A> RateLimitLayer<A> {
 
     pub(crate) fn endpoint_of<'a>(&self, head: Head<'a>) -> Endpoint<'a> {
         if let Some(f) = &self.settings.endpoint {
+            // An empty name is none: the unmatched-route key, as for `None`.
             return head
                 .parts()
                 .and_then(|parts| f(parts))
+                .filter(|name| !name.is_empty())
                 .map_or(Endpoint::Unmatched, Endpoint::Named);
         }
         #[cfg(feature = "axum")]
@@ -198,8 +200,10 @@ impl UserIdSource {
                 Ok("") | Err(_) => None,
                 Ok(id) => Some(Cow::Borrowed(id)),
             },
-            Self::Borrowing(f) => f(head.parts()?),
-            Self::Owning(f) => f(head.parts()?).map(Cow::Owned),
+            // An empty id is no id, whatever its source (as for a header): the client address
+            // stands in, and no request is counted under an empty user.
+            Self::Borrowing(f) => f(head.parts()?).filter(|id| !id.is_empty()),
+            Self::Owning(f) => f(head.parts()?).filter(|id| !id.is_empty()).map(Cow::Owned),
         }
     }
 }

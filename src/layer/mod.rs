@@ -285,7 +285,8 @@ impl<A> RateLimitLayer<A> {
         self.user_id_in(extract::Head::Parts(parts))
     }
 
-    /// How to find the user id in a request. `None` falls back to the client IP.
+    /// How to find the user id in a request. `None` (or an empty id) falls back to the client
+    /// IP.
     ///
     /// The closure returns an owned `String`, one allocation per request;
     /// [`user_id_header`](Self::user_id_header) and [`user_id_ref`](Self::user_id_ref) borrow
@@ -324,7 +325,8 @@ impl<A> RateLimitLayer<A> {
     }
 
     /// How to find the user id in a request, borrowing it from the request where it can
-    /// (`Cow::Borrowed`: no allocation per request) or making one (`Cow::Owned`).
+    /// (`Cow::Borrowed`: no allocation per request) or making one (`Cow::Owned`). `None` (or an
+    /// empty id) falls back to the client IP.
     ///
     /// ```
     /// # use tiered_ratelimit::{RateLimitConfig, RateLimitLayer};
@@ -345,8 +347,8 @@ impl<A> RateLimitLayer<A> {
         self
     }
 
-    /// How to name the endpoint of a request, replacing axum's `MatchedPath`. `None` means the
-    /// fixed "unmatched" key. Return templates, not raw paths, or every path becomes a key.
+    /// How to name the endpoint of a request, replacing axum's `MatchedPath`. `None` (or an
+    /// empty name) means the fixed "unmatched" key. Return templates, not raw paths, or every path becomes a key.
     pub fn endpoint<F>(mut self, f: F) -> Self
     where
         F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
