@@ -234,3 +234,37 @@ async fn a_store_closed_while_it_was_connecting_closes_what_connects_after() {
     assert_eq!(others(), Vec::<String>::new(), "clients of a closed store");
     drop(limiter);
 }
+
+/// The local cache of denials lives on its invalidation channel, a subscription that a Redis
+/// restart ends. Lost, it turns the cache off (every denial asks Redis); once the client has
+/// reconnected, it subscribes again and the cache is back, empty: a flood of one user's
+/// repeated denials costs Redis one round trip again, not one each for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_quiet_restart_the_denial_cache_comes_back() {
+    let mut server = RedisServer::start();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let limiter = connected(config(&server, 1, STEADY), &clock).await;
+    assert_eq!(denied_round_trips(&limiter, &server, "a").await, 1);
+    server.kill();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.restart();
+    // The client reconnects within 50 ms; the listener subscribes again and proves it.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        denied_round_trips(&limiter, &server, "b").await,
+        1,
+        "the cache is back"
+    );
+    assert_eq!(limiter.backend(), Backend::Redis);
+}
+
+/// Five denials of `user`, once it has no room left (a limit of 1): the round trips they cost
+/// (with the denial cache, the first asks Redis and the rest are answered locally).
+async fn denied_round_trips(limiter: &RateLimiter, server: &RedisServer, user: &str) -> u64 {
+    assert!(limiter.check(user, "/").await.allowed());
+    let before = server.command_calls("evalsha");
+    for _ in 0..5 {
+        assert!(!limiter.check(user, "/").await.allowed());
+    }
+    server.command_calls("evalsha") - before
+}
