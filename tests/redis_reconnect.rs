@@ -238,9 +238,11 @@ async fn a_store_closed_while_it_was_connecting_closes_what_connects_after() {
 /// The local cache of denials lives on its invalidation channel, a subscription that a Redis
 /// restart ends. Lost, it turns the cache off (every denial asks Redis); once the client has
 /// reconnected, it subscribes again and the cache is back, empty: a flood of one user's
-/// repeated denials costs Redis one round trip again, not one each for good.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// repeated denials costs Redis one round trip again, not one each for good. The log says
+/// when it goes and when it is back. (One thread, so that the listener's logs are captured.)
+#[tokio::test]
 async fn after_a_quiet_restart_the_denial_cache_comes_back() {
+    let (logs, _guard) = common::logs::capture("tiered_ratelimit=info");
     let mut server = RedisServer::start();
     let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
     let limiter = connected(config(&server, 1, STEADY), &clock).await;
@@ -254,6 +256,15 @@ async fn after_a_quiet_restart_the_denial_cache_comes_back() {
         denied_round_trips(&limiter, &server, "b").await,
         1,
         "the cache is back"
+    );
+    let logged = logs.text();
+    assert!(
+        logged.contains("WARN") && logged.contains("invalidation channel was lost"),
+        "{logged}"
+    );
+    assert!(
+        logged.contains("INFO") && logged.contains("invalidation channel is back"),
+        "{logged}"
     );
     assert_eq!(limiter.backend(), Backend::Redis);
 }

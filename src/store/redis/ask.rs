@@ -159,8 +159,12 @@ impl Connections {
         let mut clients = self.ask_clients.0.lock().await;
         for server in self.client.active_connections() {
             let addr = format!("{}:{}", server.host, server.port);
-            let client = ask_client(&mut clients, &self.config, addr).await?;
-            if !imports(&client, slot).await? {
+            // A master that cannot be asked, or cannot tell, is passed over: another may be
+            // the one importing the slot.
+            let Some(client) = ask_client(&mut clients, &self.config, addr).await else {
+                continue;
+            };
+            if imports(&client, slot).await != Some(true) {
                 continue;
             }
             let asking: Result<(), FredError> =
@@ -175,14 +179,18 @@ impl Connections {
     }
 }
 
-/// The plain connection to the master at `addr`, opened (and kept) at its first use.
+/// The plain connection to the master at `addr`, opened (and kept) at its first use, and
+/// opened again if it has been lost since (it reconnects only a few times in a row itself).
 async fn ask_client(
     clients: &mut Vec<(String, Client)>,
     config: &RedisConfig,
     addr: String,
 ) -> Option<Client> {
-    if let Some((_, client)) = clients.iter().find(|(a, _)| *a == addr) {
-        return Some(client.clone());
+    if let Some(at) = clients.iter().position(|(a, _)| *a == addr) {
+        if clients[at].1.is_connected() {
+            return Some(clients[at].1.clone());
+        }
+        clients.swap_remove(at);
     }
     let config = RedisConfig {
         url: crate::redis_url::single_node(&config.url, &addr),

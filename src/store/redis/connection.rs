@@ -132,6 +132,12 @@ impl RedisStore {
         let deadline = tokio::time::Instant::now() + self.inner.connect_timeout;
         runtime.spawn(async move {
             let state = match inner.connect(deadline).await {
+                // Closed while connecting (a check that timed out meanwhile fell back, or the
+                // limiter was dropped): what connected since is closed now.
+                Ok(()) if inner.closed.load(Ordering::Acquire) => {
+                    inner.close_clients();
+                    Conn::Ready
+                }
                 Ok(()) => Conn::Ready,
                 Err(error) => {
                     // Logged once, by whoever acts on it (the fallback, or `try_connect`'s caller).
@@ -141,11 +147,6 @@ impl RedisStore {
                     Conn::Failed
                 }
             };
-            // Closed while connecting (a check that timed out meanwhile fell back, or the
-            // limiter was dropped): what connected since is closed now.
-            if inner.closed.load(Ordering::Acquire) {
-                inner.close_clients();
-            }
             inner.conn.send_replace(state);
         });
     }
@@ -260,7 +261,7 @@ impl Connections {
     /// Closes the connections (after a fallback, or when the store is dropped), in the
     /// background, on the runtime the store started on.
     pub(super) fn shutdown(&self) {
-        self.denials.disable();
+        self.denials.close();
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }

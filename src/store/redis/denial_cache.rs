@@ -18,8 +18,9 @@
 //! `<prefix>:invalidate` after deleting it, and every instance subscribed drops it. A block
 //! publishes `*`, and every instance drops every key: a block of a route refuses requests whose
 //! first tier is a user, so no remembered denial can be trusted to name the block. The cache is
-//! only used while the subscription is up; if the subscription fails, lags or errors, the
-//! cache is cleared and switched off for the store's life (every check then asks Redis).
+//! only used while the subscription is up: if subscribing fails at the start, the cache stays
+//! off; if the subscription's connection is lost later, the cache is cleared and switched off
+//! until it is subscribed again (see `invalidation`); a lag (messages lost) clears it.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -35,8 +36,8 @@ const MAX_KEYS: usize = 65_536;
 /// that a full cache costs O(n) per purge and O(1) per denial between them.
 const PURGE_SHARE: usize = 8;
 
-#[derive(Clone, Copy, Debug)]
-struct Cached {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Cached {
     /// Until when (µs, the limiter's clock) the key cannot change.
     still_until: u64,
     /// When (µs) a request under `terms` fits, as Redis said.
@@ -63,6 +64,8 @@ pub(crate) struct DenialCache {
     entries: DashMap<String, Cached, ahash::RandomState>,
     /// The invalidation subscription is up: the cache may answer.
     live: AtomicBool,
+    /// The store is closed: the cache never answers again, whatever its listener does.
+    closed: AtomicBool,
     /// Seeds the fingerprints of [`others`](Self::others) (random per process).
     hasher: ahash::RandomState,
     /// Counts the invalidations (resets, blocks) heard: a denial Redis gave before one of them
@@ -126,13 +129,21 @@ impl DenialCache {
         retry_after: Duration,
         still: Duration,
     ) {
-        if self.epoch() == epoch {
-            self.remember(key, terms, now, retry_after, still);
+        if self.epoch() != epoch {
+            return;
+        }
+        let Some(kept) = self.remember(key.clone(), terms, now, retry_after, still) else {
+            return;
+        };
+        // An invalidation between the test above and the insert (`forget` and `forget_all`
+        // count before they remove): take this one back, unless something replaced it.
+        if self.epoch() != epoch {
+            self.entries.remove_if(&key, |_, cached| *cached == kept);
         }
     }
 
     /// Remembers that `key` has no room, unchanged for `still` from `now` (µs), and that a
-    /// request under `terms` fits after `retry_after`.
+    /// request under `terms` fits after `retry_after`. What it kept, if it did.
     pub(crate) fn remember(
         &self,
         key: String,
@@ -140,23 +151,22 @@ impl DenialCache {
         now: u64,
         retry_after: Duration,
         still: Duration,
-    ) {
+    ) -> Option<Cached> {
         if !self.live.load(Ordering::Acquire) || still.is_zero() {
-            return;
+            return None;
         }
         let micros = |d: Duration| now.saturating_add(crate::clock::saturating_micros(d));
         let entries = &self.entries;
         if entries.len() >= MAX_KEYS && !self.purge(now) {
-            return; // full of live denials: this one goes to Redis each time
+            return None; // full of live denials: this one goes to Redis each time
         }
-        entries.insert(
-            key,
-            Cached {
-                still_until: micros(still),
-                fits_at: micros(retry_after),
-                terms,
-            },
-        );
+        let cached = Cached {
+            still_until: micros(still),
+            fits_at: micros(retry_after),
+            terms,
+        };
+        entries.insert(key, cached);
+        Some(cached)
     }
 
     /// Makes room in a full cache: drops the denials ended by `now` (µs), unless too few can
@@ -228,9 +238,19 @@ impl DenialCache {
         self.purge_at.store(0, Ordering::Release);
     }
 
-    /// The invalidation subscription is up: answer from the cache from now on.
+    /// The invalidation subscription is up: answer from the cache from now on (unless the
+    /// store is closed).
     pub(crate) fn enable(&self) {
         self.live.store(true, Ordering::Release);
+        if self.closed.load(Ordering::Acquire) {
+            self.live.store(false, Ordering::Release);
+        }
+    }
+
+    /// The store is closed: off for good, whatever a listener still running does.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.disable();
     }
 
     /// The subscription is gone: forget everything and answer nothing from here again.

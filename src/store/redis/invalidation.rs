@@ -26,11 +26,13 @@ pub(super) async fn publish(client: &Client, prefix: &str, key: String) -> Resul
 
 impl Connections {
     /// Subscribes a connection of its own to the invalidation channel, and turns the denial
-    /// cache on once it is subscribed. Any error or lag on that connection turns the cache off
-    /// (and empties it): nothing is then answered that a reset elsewhere could have changed.
-    /// When the connection comes back (Redis restarted, say: the client reconnects in the
-    /// background), it subscribes again, proves it with a probe, and turns the cache on again,
-    /// empty. Gives up at `deadline` at first (the cache then stays off).
+    /// cache on once it is subscribed. A lost connection turns the cache off (and empties it):
+    /// nothing is then answered that a reset elsewhere could have changed. On a single server,
+    /// when the connection comes back (Redis restarted, say: the client reconnects in the
+    /// background), it subscribes again, proves it with a probe of its own, and turns the cache
+    /// on again, empty; on a cluster (whose clients do not reconnect so), or after
+    /// [`RESUBSCRIBE_FOR`] without a connection, the cache stays off. A lag (messages lost)
+    /// empties the cache. Gives up at `deadline` at first (the cache then stays off).
     pub(super) async fn listen_for_invalidations(&self, deadline: tokio::time::Instant) {
         let subscriber = self.client.clone_new();
         let mut messages = subscriber.message_rx();
@@ -75,8 +77,11 @@ impl Connections {
                     message = messages.recv() => match message {
                         Ok(message) => match message.value.as_str() {
                             Some(key) if key == EVERY_KEY => denials.forget_all(),
+                            // A probe (any instance's): not a key, which holds a `:`.
+                            Some(key) if !key.contains(':') => {}
                             Some(key) => denials.forget(&key),
-                            None => denials.disable(),
+                            // Not text (nothing of ours): any denial may be stale.
+                            None => denials.forget_all(),
                         },
                         // Lagged: some messages were lost, so every cached denial may be stale.
                         Err(RecvError::Lagged(_)) => denials.forget_all(),
@@ -85,10 +90,20 @@ impl Connections {
                     _ = errors.recv() => {
                         // The connection is lost, and its subscription with it.
                         denials.disable();
+                        if clustered {
+                            tracing::warn!("the Redis invalidation channel was lost: repeated \
+                                            denials ask Redis from now on");
+                            break;
+                        }
                         tracing::warn!("the Redis invalidation channel was lost: repeated \
                                         denials ask Redis until it is back");
-                        resubscribe(&listening, &publisher, &channel, clustered, patience,
-                                    &mut messages, &mut errors, &mut reconnections).await;
+                        let back = resubscribe(&listening, &publisher, &channel, patience,
+                                               &mut messages, &mut errors, &mut reconnections);
+                        if !back.await {
+                            tracing::warn!("the Redis invalidation channel did not come back: \
+                                            repeated denials ask Redis from now on");
+                            break;
+                        }
                         // Empty, and no denial asked before this moment is kept.
                         denials.forget_all();
                         denials.enable();
@@ -102,21 +117,28 @@ impl Connections {
     }
 }
 
-/// After the listener's connection was lost: waits until the client is connected again (it
-/// reconnects in the background), then subscribes again, until that is proven. Runs until it
-/// succeeds, or the listener task is aborted (the store closed).
-#[allow(clippy::too_many_arguments)]
+/// How long a lost listener waits for its client to be connected again before it gives up
+/// (the client's own reconnections last about a minute when each fails at once).
+const RESUBSCRIBE_FOR: Duration = Duration::from_secs(180);
+
+/// After the listener's connection was lost (single server): waits until the client is
+/// connected again (it reconnects in the background), then subscribes again, until that is
+/// proven: `true`. `false` after [`RESUBSCRIBE_FOR`] without a connection. (The store closing
+/// aborts the task.)
 async fn resubscribe(
     subscriber: &Client,
     publisher: &Client,
     channel: &str,
-    clustered: bool,
     patience: Duration,
     messages: &mut tokio::sync::broadcast::Receiver<fred::types::Message>,
     errors: &mut ErrorReceiver,
     reconnections: &mut tokio::sync::broadcast::Receiver<fred::types::config::Server>,
-) {
+) -> bool {
+    let lost = tokio::time::Instant::now();
     loop {
+        if lost.elapsed() > RESUBSCRIBE_FOR {
+            return false;
+        }
         match tokio::time::timeout(patience, reconnections.recv()).await {
             Ok(Err(RecvError::Closed)) => tokio::time::sleep(patience).await,
             _ => while drained(reconnections.try_recv()) {},
@@ -126,9 +148,9 @@ async fn resubscribe(
         }
         // What failed before this try is no news; what fails during it is, and stays queued.
         while drained(errors.try_recv()) {}
-        let again = subscribe(subscriber, publisher, channel, clustered, messages);
+        let again = subscribe(subscriber, publisher, channel, false, messages);
         if let Ok(Ok(())) = tokio::time::timeout(patience, again).await {
-            return;
+            return true;
         }
     }
 }
@@ -143,7 +165,8 @@ fn drained<T>(received: Result<T, TryRecvError>) -> bool {
 }
 
 /// Subscribes `subscriber` to `channel`, and waits until a probe `publisher` sends on it comes
-/// back through it.
+/// back through it: a probe of its own (`probe-` and a random number; never a key, which
+/// always holds a `:`), not another instance's, nor one of an earlier try.
 async fn subscribe(
     subscriber: &Client,
     publisher: &Client,
@@ -152,7 +175,8 @@ async fn subscribe(
     messages: &mut tokio::sync::broadcast::Receiver<fred::types::Message>,
 ) -> Result<(), FredError> {
     subscriber.subscribe(channel).await?;
-    let receivers: i64 = publisher.publish(channel, "").await?;
+    let probe = format!("probe-{}", rand_nonce());
+    let receivers: i64 = publisher.publish(channel, probe.as_str()).await?;
     // On a cluster PUBLISH counts only the subscribers of the node it reached; the probe
     // coming back (below, within the connect timeout) is the proof there.
     if receivers < 1 && !clustered {
@@ -165,8 +189,13 @@ async fn subscribe(
         let message = messages.recv().await.map_err(|e| {
             FredError::new(ErrorKind::Unknown, format!("invalidation channel: {e}"))
         })?;
-        if message.value.as_str().is_some_and(|v| v.is_empty()) {
+        if message.value.as_str().is_some_and(|v| *v == *probe) {
             return Ok(());
         }
     }
+}
+
+/// A number no other probe is likely to carry.
+fn rand_nonce() -> u64 {
+    ahash::RandomState::new().hash_one(std::time::SystemTime::now())
 }
