@@ -211,28 +211,39 @@ async fn a_store_closed_while_reconnecting_to_a_server_that_never_answers_stops(
 /// invalidation listener's, is closed as soon as it has, not left open for the process's life.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_closed_while_it_was_connecting_closes_what_connects_after() {
-    let server = RedisServer::start();
-    let others = || -> Vec<String> {
-        let list = server.cli(&["CLIENT", "LIST"]);
-        let others = list.lines().filter(|l| !l.contains("cmd=client|list"));
-        others.map(str::to_owned).collect()
-    };
-    let config = limits(5, 0, 0, MINUTE)
-        .redis_url(server.url())
-        .redis_time_source(TimeSource::App)
-        .redis_command_timeout(TIMEOUT)
-        .redis_connect_timeout(Duration::from_secs(2))
-        .build()
-        .unwrap();
-    server.pause(); // the first connection is answered only after the check has given up
-    let limiter = RateLimiter::new(config);
-    assert!(limiter.check("alice", "/").await.allowed());
-    assert_eq!(limiter.backend(), Backend::Memory);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    server.resume();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(others(), Vec::<String>::new(), "clients of a closed store");
-    drop(limiter);
+    // Then the start succeeds, or fails after its client connected (the server is a replica,
+    // which the start refuses).
+    for replica in [false, true] {
+        let server = RedisServer::start();
+        if replica {
+            assert_eq!(server.cli(&["REPLICAOF", "127.0.0.1", "1"]).trim(), "OK");
+        }
+        let others = || -> Vec<String> {
+            let list = server.cli(&["CLIENT", "LIST"]);
+            let others = list.lines().filter(|l| !l.contains("cmd=client|list"));
+            others.map(str::to_owned).collect()
+        };
+        let config = limits(5, 0, 0, MINUTE)
+            .redis_url(server.url())
+            .redis_time_source(TimeSource::App)
+            .redis_command_timeout(TIMEOUT)
+            .redis_connect_timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        server.pause(); // the first connection is answered only after the check has given up
+        let limiter = RateLimiter::new(config);
+        assert!(limiter.check("alice", "/").await.allowed());
+        assert_eq!(limiter.backend(), Backend::Memory);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        server.resume();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(
+            others(),
+            Vec::<String>::new(),
+            "clients of a closed store (replica: {replica})"
+        );
+        drop(limiter);
+    }
 }
 
 /// The local cache of denials lives on its invalidation channel, a subscription that a Redis

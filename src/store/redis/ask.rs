@@ -180,7 +180,8 @@ impl Connections {
 }
 
 /// The plain connection to the master at `addr`, opened (and kept) at its first use, and
-/// opened again if it has been lost since (it reconnects only a few times in a row itself).
+/// opened again if it has been lost since (it never reconnects by itself, so the one replaced
+/// is gone for good).
 async fn ask_client(
     clients: &mut Vec<(String, Client)>,
     config: &RedisConfig,

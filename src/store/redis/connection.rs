@@ -24,10 +24,6 @@ const RECONNECT_ATTEMPTS: u32 = 2_400;
 /// The longest wait before a reconnection (ms): once Redis is back, the client is connected
 /// again within this, plus the time connecting takes.
 const RECONNECT_JITTER_MS: u32 = 50;
-/// A cluster's ASK follower (opened again when it is next needed): a few reconnections in a
-/// row, each after up to 20 ms.
-const BRIEF_RECONNECT_ATTEMPTS: u32 = 3;
-const BRIEF_RECONNECT_JITTER_MS: u32 = 20;
 
 /// Where the first connection stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,8 +42,9 @@ pub(super) fn uses_tls(config: &RedisConfig) -> bool {
 }
 
 /// The fred client for `config`, with TLS set up for a TLS URL (reading its files). On a single
-/// node it reconnects in the background: for about a minute when `reconnect` (the store's own
-/// client), a few times in a row otherwise (a cluster's ASK follower).
+/// node and with `reconnect` (the store's own client), one that reconnects in the background
+/// for about a minute; without (a cluster's ASK follower, opened again when it is next needed
+/// and found lost), one that never reconnects by itself, so that a follower replaced is gone.
 pub(super) fn build_client(config: &RedisConfig, reconnect: bool) -> Result<Client, ConnectError> {
     let invalid = |message| ConnectError::InvalidSettings { message };
     #[cfg_attr(not(feature = "tls"), allow(unused_mut))]
@@ -72,22 +69,15 @@ pub(super) fn build_client(config: &RedisConfig, reconnect: bool) -> Result<Clie
     };
     let clustered = redis.server.is_clustered();
     let mut builder = Builder::from_config(redis);
-    if !clustered {
+    if reconnect && !clustered {
         // A connection Redis closes (its `timeout` on an idle client, a proxy's or a NAT's idle
         // limit, a restart) is opened again in the background: without it, a quiet service's
         // next check would wait out its timeout on a dead socket and fall back for good, even
         // with Redis back (a restart takes far longer than a few attempts in a row). A check
         // sent while Redis is gone still waits at most its command timeout; then the store
         // falls back and closes this client (`close_clients`), which ends the reconnections.
-        let policy = if reconnect {
-            let mut policy = ReconnectPolicy::new_constant(RECONNECT_ATTEMPTS, 0);
-            policy.set_jitter(RECONNECT_JITTER_MS);
-            policy
-        } else {
-            let mut policy = ReconnectPolicy::new_constant(BRIEF_RECONNECT_ATTEMPTS, 0);
-            policy.set_jitter(BRIEF_RECONNECT_JITTER_MS);
-            policy
-        };
+        let mut policy = ReconnectPolicy::new_constant(RECONNECT_ATTEMPTS, 0);
+        policy.set_jitter(RECONNECT_JITTER_MS);
         builder.set_policy(policy);
     }
     builder
@@ -143,7 +133,13 @@ impl RedisStore {
                     // Logged once, by whoever acts on it (the fallback, or `try_connect`'s caller).
                     tracing::debug!(%error, "cannot connect to Redis");
                     let _ = inner.start_error.set(error);
-                    inner.shutdown();
+                    if inner.closed.load(Ordering::Acquire) {
+                        // Closed while connecting: what connected since (before this failed)
+                        // is closed now; `shutdown` would do nothing a second time.
+                        inner.close_clients();
+                    } else {
+                        inner.shutdown();
+                    }
                     Conn::Failed
                 }
             };

@@ -36,8 +36,8 @@ const MAX_KEYS: usize = 65_536;
 /// that a full cache costs O(n) per purge and O(1) per denial between them.
 const PURGE_SHARE: usize = 8;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Cached {
+#[derive(Clone, Copy, Debug)]
+struct Cached {
     /// Until when (µs, the limiter's clock) the key cannot change.
     still_until: u64,
     /// When (µs) a request under `terms` fits, as Redis said.
@@ -129,21 +129,15 @@ impl DenialCache {
         retry_after: Duration,
         still: Duration,
     ) {
-        if self.epoch() != epoch {
-            return;
-        }
-        let Some(kept) = self.remember(key.clone(), terms, now, retry_after, still) else {
-            return;
-        };
-        // An invalidation between the test above and the insert (`forget` and `forget_all`
-        // count before they remove): take this one back, unless something replaced it.
-        if self.epoch() != epoch {
-            self.entries.remove_if(&key, |_, cached| *cached == kept);
-        }
+        self.remember_if(key, terms, now, retry_after, still, || {
+            self.epoch() == epoch
+        });
     }
 
     /// Remembers that `key` has no room, unchanged for `still` from `now` (µs), and that a
-    /// request under `terms` fits after `retry_after`. What it kept, if it did.
+    /// request under `terms` fits after `retry_after` (the checks use
+    /// [`remember_since`](Self::remember_since)).
+    #[cfg(test)]
     pub(crate) fn remember(
         &self,
         key: String,
@@ -151,22 +145,38 @@ impl DenialCache {
         now: u64,
         retry_after: Duration,
         still: Duration,
-    ) -> Option<Cached> {
-        if !self.live.load(Ordering::Acquire) || still.is_zero() {
-            return None;
+    ) {
+        self.remember_if(key, terms, now, retry_after, still, || true);
+    }
+
+    /// [`remember`](Self::remember) if `current` holds, asked with the key's shard locked:
+    /// `forget` and `forget_all` count an invalidation before they remove (which waits for
+    /// that lock), so one that counts after the question removes this entry, and one that
+    /// counted before it is seen by it. No stale entry is ever left, or read.
+    fn remember_if(
+        &self,
+        key: String,
+        terms: Terms,
+        now: u64,
+        retry_after: Duration,
+        still: Duration,
+        current: impl FnOnce() -> bool,
+    ) {
+        if !self.live.load(Ordering::SeqCst) || still.is_zero() {
+            return;
         }
         let micros = |d: Duration| now.saturating_add(crate::clock::saturating_micros(d));
-        let entries = &self.entries;
-        if entries.len() >= MAX_KEYS && !self.purge(now) {
-            return None; // full of live denials: this one goes to Redis each time
+        if self.entries.len() >= MAX_KEYS && !self.purge(now) {
+            return; // full of live denials: this one goes to Redis each time
         }
-        let cached = Cached {
-            still_until: micros(still),
-            fits_at: micros(retry_after),
-            terms,
-        };
-        entries.insert(key, cached);
-        Some(cached)
+        let entry = self.entries.entry(key);
+        if current() {
+            entry.insert(Cached {
+                still_until: micros(still),
+                fits_at: micros(retry_after),
+                terms,
+            });
+        }
     }
 
     /// Makes room in a full cache: drops the denials ended by `now` (µs), unless too few can
@@ -241,15 +251,18 @@ impl DenialCache {
     /// The invalidation subscription is up: answer from the cache from now on (unless the
     /// store is closed).
     pub(crate) fn enable(&self) {
-        self.live.store(true, Ordering::Release);
-        if self.closed.load(Ordering::Acquire) {
-            self.live.store(false, Ordering::Release);
+        // Sequentially consistent with `close`: one of the two sees the other's store, so a
+        // closed cache never stays on.
+        self.live.store(true, Ordering::SeqCst);
+        if self.closed.load(Ordering::SeqCst) {
+            self.live.store(false, Ordering::SeqCst);
         }
     }
 
     /// The store is closed: off for good, whatever a listener still running does.
     pub(crate) fn close(&self) {
-        self.closed.store(true, Ordering::Release);
+        self.closed.store(true, Ordering::SeqCst);
+        self.live.store(false, Ordering::SeqCst);
         self.disable();
     }
 

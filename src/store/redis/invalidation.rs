@@ -30,8 +30,8 @@ impl Connections {
     /// nothing is then answered that a reset elsewhere could have changed. On a single server,
     /// when the connection comes back (Redis restarted, say: the client reconnects in the
     /// background), it subscribes again, proves it with a probe of its own, and turns the cache
-    /// on again, empty; on a cluster (whose clients do not reconnect so), or after
-    /// [`RESUBSCRIBE_FOR`] without a connection, the cache stays off. A lag (messages lost)
+    /// on again, empty; on a cluster (whose clients do not reconnect so), or if it has not come
+    /// back [`RESUBSCRIBE_FOR`] after the loss, the cache stays off. A lag (messages lost)
     /// empties the cache. Gives up at `deadline` at first (the cache then stays off).
     pub(super) async fn listen_for_invalidations(&self, deadline: tokio::time::Instant) {
         let subscriber = self.client.clone_new();
@@ -117,14 +117,14 @@ impl Connections {
     }
 }
 
-/// How long a lost listener waits for its client to be connected again before it gives up
+/// How long after the loss a listener tries to come back before it gives up
 /// (the client's own reconnections last about a minute when each fails at once).
 const RESUBSCRIBE_FOR: Duration = Duration::from_secs(180);
 
 /// After the listener's connection was lost (single server): waits until the client is
 /// connected again (it reconnects in the background), then subscribes again, until that is
-/// proven: `true`. `false` after [`RESUBSCRIBE_FOR`] without a connection. (The store closing
-/// aborts the task.)
+/// proven: `true`. `false` if that has not happened [`RESUBSCRIBE_FOR`] after the loss. (The
+/// store closing aborts the task.)
 async fn resubscribe(
     subscriber: &Client,
     publisher: &Client,

@@ -103,6 +103,9 @@ impl RedisStore {
         base: &mut Option<u64>,
     ) -> Result<Walk, StoreError> {
         let denials = &self.inner.denials;
+        // Read before any shard is asked: a shard's "full" is remembered only if no reset or
+        // block was heard since.
+        let epoch = denials.epoch();
         let started = (Instant::now(), saturating_micros(req.now));
         let local_now = || started.1 + saturating_micros(started.0.elapsed());
         let n = shards.layout.used(tier.limit);
@@ -138,7 +141,7 @@ impl RedisStore {
                     members,
                 });
             }
-            let fits_at = self.shard_full(key, &f, cap, req, reply.now, started.1);
+            let fits_at = self.shard_full(key, &f, cap, req, (reply.now, started.1), epoch);
             attempt.denied(fits_at, cap.saturating_sub(f.count));
             if fullest.is_none_or(|(t, ..)| fits_at < t) {
                 fullest = Some((fits_at, cap, found));
@@ -218,16 +221,17 @@ impl RedisStore {
     }
 
     /// Shard `key` (cap `cap`) could not take `req`; `f` are its facts at `script_now` (its
-    /// script's clock), `now` the limiter's. Remembers it as full if it held its whole cap,
-    /// and returns when the request fits there (µs, the limiter's time).
+    /// script's clock), `now` the limiter's. Remembers it as full if it held its whole cap (and
+    /// no invalidation was heard since `epoch`), and returns when the request fits there (µs,
+    /// the limiter's time).
     fn shard_full(
         &self,
         key: &str,
         f: &Found,
         cap: u64,
         req: &StoreRequest<'_>,
-        script_now: u64,
-        now: u64,
+        (script_now, now): (u64, u64),
+        epoch: u64,
     ) -> u64 {
         let window = saturating_micros(req.window);
         let fits = match f.expiry {
@@ -250,7 +254,7 @@ impl RedisStore {
                 window,
                 others: 0,
             };
-            denials.remember(key.to_owned(), terms, now, retry, still);
+            denials.remember_since(epoch, key.to_owned(), terms, now, retry, still);
         }
         now.saturating_add(fits)
     }

@@ -163,3 +163,28 @@ fn nothing_is_answered_without_the_subscription() {
     cache.forget("k");
     assert_eq!(cache.get("k", cost(1), 0), None);
 }
+
+/// A closed store's cache stays off, whatever a listener still running does; and a cache
+/// turned on again after a lost channel starts empty, refusing any denial asked before.
+#[test]
+fn closed_stays_off_and_a_cache_back_on_keeps_nothing_asked_before() {
+    let cache = DenialCache::default();
+    cache.enable();
+    cache.close();
+    cache.enable();
+    cache.remember("k".into(), cost(1), 0, 8 * MS, 5 * MS);
+    assert_eq!(cache.get("k", cost(1), 0), None, "closed");
+
+    let cache = DenialCache::default();
+    cache.enable();
+    let asked = cache.epoch(); // a check sent before the channel was lost
+    cache.disable();
+    // Back: emptied, then on (as the listener does).
+    cache.forget_all();
+    cache.enable();
+    cache.remember_since(asked, "k".into(), cost(1), 0, 8 * MS, 5 * MS);
+    assert_eq!(cache.get("k", cost(1), 0), None, "asked before it was back");
+    let now_asked = cache.epoch();
+    cache.remember_since(now_asked, "k".into(), cost(1), 0, 8 * MS, 5 * MS);
+    assert!(cache.get("k", cost(1), 0).is_some(), "asked after");
+}
