@@ -118,8 +118,10 @@ impl DenialCache {
         (same && now < cached.still_until).then_some(cached.still_until)
     }
 
-    /// [`remember`](Self::remember), unless an invalidation arrived since `epoch` (read before
-    /// the request was sent): Redis's answer may then predate a reset or a block.
+    /// Remembers that `key` has no room, unchanged for `still` from `now` (µs), and that a
+    /// request under `terms` fits after `retry_after`; unless an invalidation arrived since
+    /// `epoch` (read before the request was sent): Redis's answer may then predate a reset or
+    /// a block.
     pub(crate) fn remember_since(
         &self,
         epoch: u64,
@@ -149,10 +151,10 @@ impl DenialCache {
         self.remember_if(key, terms, now, retry_after, still, || true);
     }
 
-    /// [`remember`](Self::remember) if `current` holds, asked with the key's shard locked:
-    /// `forget` and `forget_all` count an invalidation before they remove (which waits for
-    /// that lock), so one that counts after the question removes this entry, and one that
-    /// counted before it is seen by it. No stale entry is ever left, or read.
+    /// Remembers `key`'s denial if `current` holds, asked with the key's shard locked:
+    /// `forget`, `forget_all` and `disable` count an invalidation before they remove (which
+    /// waits for that lock), so one that counts after the question removes this entry, and one
+    /// that counted before it is seen by it. No stale entry is ever left, or read.
     fn remember_if(
         &self,
         key: String,
@@ -217,8 +219,9 @@ impl DenialCache {
     }
 
     /// The invalidations heard so far: read it before asking Redis, and pass it to
-    /// [`remember`](Self::remember), which drops the denial if an invalidation arrived while
-    /// the request was in flight (the reset or block may have come after Redis answered).
+    /// [`remember_since`](Self::remember_since), which drops the denial if an invalidation
+    /// arrived while the request was in flight (the reset or block may have come after Redis
+    /// answered).
     pub(crate) fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::Acquire)
     }
@@ -251,8 +254,9 @@ impl DenialCache {
     /// The invalidation subscription is up: answer from the cache from now on (unless the
     /// store is closed).
     pub(crate) fn enable(&self) {
-        // Sequentially consistent with `close`: one of the two sees the other's store, so a
-        // closed cache never stays on.
+        // Sequentially consistent with `close`, which stores `closed` and then `live = false`:
+        // if this load misses `closed`, that store of `false` comes after this store of
+        // `true`; if it sees it, this takes its own back. Either way a closed cache ends off.
         self.live.store(true, Ordering::SeqCst);
         if self.closed.load(Ordering::SeqCst) {
             self.live.store(false, Ordering::SeqCst);
@@ -266,9 +270,12 @@ impl DenialCache {
         self.disable();
     }
 
-    /// The subscription is gone: forget everything and answer nothing from here again.
+    /// The subscription is gone: forget everything and answer nothing from here again. Counted
+    /// as an invalidation (before the entries go), so that a denial asked before it is never
+    /// kept after it.
     pub(crate) fn disable(&self) {
         self.live.store(false, Ordering::Release);
+        self.epoch.fetch_add(1, Ordering::AcqRel);
         self.entries.clear();
         self.purge_at.store(0, Ordering::Release);
     }
