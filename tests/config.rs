@@ -794,3 +794,19 @@ fn redis_recovery_is_opt_in_and_validated() {
     assert_eq!(e, ConfigError::BackoffBelowInitial);
     assert_eq!(e.field(), "redis.recovery.max_backoff");
 }
+
+/// A route override under an empty template would never apply (no request is counted under an
+/// empty endpoint): refused, from the builder and from a file.
+#[test]
+fn an_empty_route_template_is_refused() {
+    let limits = tiered_ratelimit::RouteLimits {
+        user_limit: Some(5),
+        endpoint_limit: None,
+    };
+    let e = err(RateLimitConfig::builder().route("", limits));
+    assert_eq!(e, ConfigError::EmptyRoute);
+    assert_eq!(e.field(), "routes");
+    let parsed: Result<RateLimitConfig, _> = toml::from_str("[routes.\"\"]\nuser_limit = 5\n");
+    let e = parsed.expect_err("an empty route in a file");
+    assert!(e.to_string().contains("routes"), "{e}");
+}

@@ -93,6 +93,10 @@ pub enum ConfigError {
     /// once, from the first configuration.
     #[error("{0}: cannot change on a running limiter (its store was built from it); build a new limiter for a new store")]
     NeedsNewLimiter(&'static str),
+    /// A route override is named by an empty template: no request is ever counted under an
+    /// empty endpoint, so it would never apply.
+    #[error("routes: a route's template is empty (it would never match a request)")]
+    EmptyRoute,
 }
 
 impl ConfigError {
@@ -112,6 +116,7 @@ impl ConfigError {
             Self::TlsFeatureDisabled => "redis.url",
             Self::BackoffBelowInitial => "redis.recovery.max_backoff",
             Self::UnknownPlan { .. } => "users",
+            Self::EmptyRoute => "routes",
         }
     }
 }

@@ -39,6 +39,9 @@ fn validate_limits(raw: &RawConfig) -> Result<(), ConfigError> {
             return Err(ConfigError::LimitTooLarge { field, value });
         }
     }
+    if raw.routes.contains_key("") {
+        return Err(ConfigError::EmptyRoute);
+    }
     for limits in raw.routes.values() {
         for (field, value) in [
             ("routes.user_limit", limits.user_limit),
