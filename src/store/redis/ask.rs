@@ -232,6 +232,7 @@ async fn send(
     }
 }
 
-fn custom(command: &'static str) -> CustomCommand {
+/// A command fred has no method for, sent to any node (one node, off a cluster).
+pub(super) fn custom(command: &'static str) -> CustomCommand {
     CustomCommand::new_static(command, ClusterHash::Random, false)
 }

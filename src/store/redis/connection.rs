@@ -9,7 +9,7 @@ use fred::prelude::{
     ReconnectPolicy,
 };
 use fred::types::config::TcpConfig;
-use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::types::Value;
 
 use super::super::StoreError;
 use super::{ask, Connections, RedisStore};
@@ -308,8 +308,9 @@ async fn refuse_a_replica(client: &Client) -> Result<(), FredError> {
     if client.is_clustered() {
         return Ok(());
     }
-    let role = CustomCommand::new_static("ROLE", ClusterHash::Random, false);
-    let reply: Result<Value, FredError> = client.custom(role, Vec::<String>::new()).await;
+    let reply: Result<Value, FredError> = client
+        .custom(ask::custom("ROLE"), Vec::<String>::new())
+        .await;
     let Ok(Value::Array(parts)) = reply else {
         return Ok(());
     };

@@ -165,8 +165,8 @@ fn drained<T>(received: Result<T, TryRecvError>) -> bool {
 }
 
 /// Subscribes `subscriber` to `channel`, and waits until a probe `publisher` sends on it comes
-/// back through it: a probe of its own (`probe-` and a random number; never a key, which
-/// always holds a `:`), not another instance's, nor one of an earlier try.
+/// back through it: a probe of its own (`probe-` and a token no other caller gets; never a
+/// key, which always holds a `:`), not another instance's, nor one of an earlier try.
 async fn subscribe(
     subscriber: &Client,
     publisher: &Client,
@@ -175,7 +175,7 @@ async fn subscribe(
     messages: &mut tokio::sync::broadcast::Receiver<fred::types::Message>,
 ) -> Result<(), FredError> {
     subscriber.subscribe(channel).await?;
-    let probe = format!("probe-{}", rand_nonce());
+    let probe = format!("probe-{}", super::rollback::token());
     let receivers: i64 = publisher.publish(channel, probe.as_str()).await?;
     // On a cluster PUBLISH counts only the subscribers of the node it reached; the probe
     // coming back (below, within the connect timeout) is the proof there.
@@ -193,9 +193,4 @@ async fn subscribe(
             return Ok(());
         }
     }
-}
-
-/// A number no other probe is likely to carry.
-fn rand_nonce() -> u64 {
-    ahash::RandomState::new().hash_one(std::time::SystemTime::now())
 }

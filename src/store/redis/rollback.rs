@@ -35,10 +35,11 @@ pub(super) struct Reservation {
     pub(super) at: u64,
 }
 
-/// A name no other reservation of any instance has: a random number drawn once per process,
-/// and a count. (The member and its time are not enough: once a rollback removed a plain
-/// member, the next request at the same microsecond gets the same name.)
-fn token() -> String {
+/// A name no other caller of any instance gets: a random number drawn once per process, and a
+/// count (hex digits, a `-` and digits). A rollback's marker takes one (the member and its
+/// time are not enough: once a rollback removed a plain member, the next request at the same
+/// microsecond gets the same name), and so does the invalidation listener's probe.
+pub(super) fn token() -> String {
     static PROCESS: LazyLock<u64> = LazyLock::new(|| {
         use std::hash::{BuildHasher, Hasher};
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
