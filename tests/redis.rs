@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{free_port, limits, RedisServer};
+use common::{connected, free_port, limits, RedisServer};
 use tiered_ratelimit::{Backend, ManualClock, RateLimitConfig, RateLimiter, Tier, TimeSource};
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -41,13 +41,6 @@ fn config_with_timeout(
         .redis_connect_timeout(STEADY)
         .build()
         .unwrap()
-}
-
-async fn connected(config: RateLimitConfig, clock: &ManualClock) -> RateLimiter {
-    let limiter = RateLimiter::builder(config).clock(clock.clone()).build();
-    limiter.wait_connected().await;
-    assert_eq!(limiter.backend(), Backend::Redis);
-    limiter
 }
 
 /// Runs `per_limiter` concurrent checks on each limiter at once; returns admitted counts.

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{limits, RedisServer};
+use common::{connected, limits, RedisServer};
 use tiered_ratelimit::store::{RedisStore, Store, StoreOutcome, StoreRequest, TierCheck};
 use tiered_ratelimit::{
     Backend, ManualClock, RateLimitConfig, RateLimitConfigBuilder, RateLimiter, Tier, TimeSource,
@@ -25,13 +25,6 @@ fn on(server: &RedisServer, config: RateLimitConfigBuilder, source: TimeSource) 
         .redis_command_timeout(Duration::from_secs(2))
         .build()
         .unwrap()
-}
-
-async fn connected(config: RateLimitConfig, clock: &ManualClock) -> RateLimiter {
-    let limiter = RateLimiter::builder(config).clock(clock.clone()).build();
-    limiter.wait_connected().await;
-    assert_eq!(limiter.backend(), Backend::Redis);
-    limiter
 }
 
 // ------------------------------------------------------------------------- clocks

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{limits, RedisServer};
+use common::{connected, limits, RedisServer};
 use tiered_ratelimit::{Backend, ManualClock, RateLimitConfig, RateLimiter, TimeSource};
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -17,31 +17,26 @@ const TIMEOUT: Duration = Duration::from_millis(100);
 /// scheduling hiccup of a loaded machine.
 const STEADY: Duration = Duration::from_secs(5);
 
+/// A user limit of `user` on `server`, its commands given `timeout` and its connections
+/// [`STEADY`].
 fn config(server: &RedisServer, user: u64, timeout: Duration) -> RateLimitConfig {
+    config_connecting(server, user, timeout, STEADY)
+}
+
+/// [`config`], its connections given `connect`.
+fn config_connecting(
+    server: &RedisServer,
+    user: u64,
+    timeout: Duration,
+    connect: Duration,
+) -> RateLimitConfig {
     limits(user, 0, 0, MINUTE)
         .redis_url(server.url())
         .redis_time_source(TimeSource::App) // driven by a ManualClock
         .redis_command_timeout(timeout)
-        .redis_connect_timeout(STEADY)
+        .redis_connect_timeout(connect)
         .build()
         .unwrap()
-}
-
-async fn connected(config: RateLimitConfig, clock: &ManualClock) -> RateLimiter {
-    let limiter = RateLimiter::builder(config).clock(clock.clone()).build();
-    limiter.wait_connected().await;
-    assert_eq!(limiter.backend(), Backend::Redis);
-    limiter
-}
-
-/// Connections the server has accepted in all (`redis-cli`'s own among them).
-fn connections(server: &RedisServer) -> u64 {
-    let info = server.cli(&["info", "stats"]);
-    let line = info
-        .lines()
-        .find(|l| l.starts_with("total_connections_received:"))
-        .unwrap();
-    line.split(':').nth(1).unwrap().trim().parse().unwrap()
 }
 
 /// Redis's `timeout` (close a client idle that long; managed services and NAT gateways do the
@@ -57,10 +52,10 @@ async fn a_connection_redis_closed_while_idle_is_reopened_and_the_counts_stay_on
         assert!(d.allowed());
         assert_eq!(d.remaining(), left);
     }
-    let before = connections(&server);
+    let before = server.connections_received();
     // Idle past the server's timeout (Redis sweeps idle clients about once a second).
     tokio::time::sleep(Duration::from_millis(3500)).await;
-    let after = connections(&server);
+    let after = server.connections_received();
     // One of them is redis-cli's own, for the second INFO.
     assert!(
         after >= before + 2,
@@ -141,10 +136,10 @@ async fn after_a_fallback_or_a_drop_the_clients_stop_reconnecting() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
         server.restart();
-        let before = connections(&server); // redis-cli's own
+        let before = server.connections_received(); // redis-cli's own
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(
-            connections(&server),
+            server.connections_received(),
             before + 1, // the second redis-cli
             "a closed store's client connected again (dropped: {drop_it})"
         );
@@ -162,13 +157,7 @@ async fn a_store_closed_while_reconnecting_to_a_server_that_never_answers_stops(
     for drop_it in [false, true] {
         let mut server = RedisServer::start();
         let port = server.port();
-        let config = limits(5, 0, 0, MINUTE)
-            .redis_url(server.url())
-            .redis_time_source(TimeSource::App)
-            .redis_command_timeout(TIMEOUT)
-            .redis_connect_timeout(Duration::from_millis(500))
-            .build()
-            .unwrap();
+        let config = config_connecting(&server, 5, TIMEOUT, Duration::from_millis(500));
         let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
         let limiter = connected(config, &clock).await;
         assert!(limiter.check("alice", "/").await.allowed());
@@ -223,13 +212,7 @@ async fn a_store_closed_while_it_was_connecting_closes_what_connects_after() {
             let others = list.lines().filter(|l| !l.contains("cmd=client|list"));
             others.map(str::to_owned).collect()
         };
-        let config = limits(5, 0, 0, MINUTE)
-            .redis_url(server.url())
-            .redis_time_source(TimeSource::App)
-            .redis_command_timeout(TIMEOUT)
-            .redis_connect_timeout(Duration::from_secs(2))
-            .build()
-            .unwrap();
+        let config = config_connecting(&server, 5, TIMEOUT, Duration::from_secs(2));
         server.pause(); // the first connection is answered only after the check has given up
         let limiter = RateLimiter::new(config);
         assert!(limiter.check("alice", "/").await.allowed());

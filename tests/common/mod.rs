@@ -152,6 +152,14 @@ pub async fn impatient_limiter(server: &RedisServer) -> RateLimiter {
     limiter
 }
 
+/// A limiter of `config` on `clock`, connected to its Redis (asserted).
+pub async fn connected(config: RateLimitConfig, clock: &ManualClock) -> RateLimiter {
+    let limiter = RateLimiter::builder(config).clock(clock.clone()).build();
+    limiter.wait_connected().await;
+    assert_eq!(limiter.backend(), Backend::Redis);
+    limiter
+}
+
 /// Runs each named contract test (an `async fn(TestBackend)` in the `contract` module) against
 /// every backend: `memory::name`, `redis::name` and `cluster::name` (on the binary's shared
 /// three-master cluster).

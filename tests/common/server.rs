@@ -280,6 +280,15 @@ impl RedisServer {
         panic!("could not restart redis-server on port {}", self.port);
     }
 
+    /// Connections the server has accepted in all (`INFO stats`; `redis-cli`'s own among them).
+    pub fn connections_received(&self) -> u64 {
+        let info = self.cli(&["INFO", "stats"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_connections_received:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     /// `INFO commandstats` calls of one command (`evalsha`, `zadd`, ...).
     pub fn command_calls(&self, command: &str) -> u64 {
         let info = self.cli(&["INFO", "commandstats"]);
