@@ -70,7 +70,7 @@ pub enum ConnectError {
     /// Configuration. (A `READONLY` reply in a check, after a start on a master, is most often
     /// a failover that demoted it: [`Other`](Self::Other), an outage.)
     ReadOnlyReplica {
-        /// Redis's reply.
+        /// What `ROLE` said (the replica's master, where it says).
         message: String,
     },
     /// Another setting that cannot work (fred's own configuration errors, such as a cluster
@@ -272,19 +272,15 @@ mod classify {
                 return Self::NoSuchDatabase { message };
             }
             if has("READONLY") {
-                // At start, `ROLE` said so: the URL names a replica. In a check, the server
-                // the connection reached refuses writes now: most often a failover that
-                // demoted it (an address that follows the master reconnects to the new one),
-                // so an outage, not the settings.
-                return if has("(ROLE)") {
-                    Self::ReadOnlyReplica { message }
-                } else {
-                    Self::Other {
-                        message: format!(
-                            "{message} (the server refuses writes: a replica now, as after a \
-                             failover, or the URL names one)"
-                        ),
-                    }
+                // The server the connection reached refuses writes now: most often a failover
+                // that demoted it (an address that follows the master reconnects to the new
+                // one), so an outage, not the settings. (A replica at start is found by `ROLE`:
+                // `ReadOnlyReplica`.)
+                return Self::Other {
+                    message: format!(
+                        "{message} (the server refuses writes: a replica now, as after a \
+                         failover, or the URL names one)"
+                    ),
                 };
             }
             let tls_failure = tls && TLS_MARKERS.iter().any(|m| has(m));

@@ -224,12 +224,14 @@ impl Connections {
             let router = self.client.init().await?;
             self.keep_router(router);
             self.script.load(&self.client).await?;
-            refuse_a_replica(&self.client).await?;
-            Ok::<(), FredError>(())
+            Ok::<_, FredError>(replica_of(&self.client).await)
         })
         .await;
         match connected {
-            Ok(Ok(())) => {
+            Ok(Ok(Some(master))) => Err(ConnectError::ReadOnlyReplica {
+                message: format!("ROLE: the server is a replica{master}, not the master"),
+            }),
+            Ok(Ok(None)) => {
                 if !self.closed.load(Ordering::Acquire) {
                     self.listen_for_invalidations(deadline - self.connect_timeout / 4)
                         .await;
@@ -300,33 +302,29 @@ impl Connections {
     }
 }
 
-/// Fails, as Redis's `READONLY` would at the first check, when a single server says it is a
+/// `Some` (` of HOST:PORT`, its master, where it says) when a single server says it is a
 /// replica (`ROLE`): a replica refuses the script's writes, or keeps them from the instances on
-/// the master. A server that does not answer `ROLE` (an ACL user without it) is not refused.
-/// (A cluster client only sends to masters.)
-async fn refuse_a_replica(client: &Client) -> Result<(), FredError> {
+/// the master, and the start refuses it. A server that does not answer `ROLE` (an ACL user
+/// without it) is taken for a master. (A cluster client only sends to masters.)
+async fn replica_of(client: &Client) -> Option<String> {
     if client.is_clustered() {
-        return Ok(());
+        return None;
     }
     let reply: Result<Value, FredError> = client
         .custom(ask::custom("ROLE"), Vec::<String>::new())
         .await;
     let Ok(Value::Array(parts)) = reply else {
-        return Ok(());
+        return None;
     };
     let field = |i: usize| parts.get(i).and_then(|v| v.as_string());
     // Redis and Valkey say `slave`; some compatible servers say `replica`.
     if !matches!(field(0).as_deref(), Some("slave" | "replica")) {
-        return Ok(());
+        return None;
     }
-    let master = match (field(1), field(2)) {
+    Some(match (field(1), field(2)) {
         (Some(host), Some(port)) => format!(" of {host}:{port}"),
         _ => String::new(),
-    };
-    Err(FredError::new(
-        fred::error::ErrorKind::Unknown,
-        format!("READONLY the server is a replica{master} (ROLE), not the master"),
-    ))
+    })
 }
 
 impl Drop for Connections {
