@@ -79,6 +79,7 @@ pub(crate) fn for_fred(url: &str) -> Cow<'_, str> {
 /// URLs or `cluster`), or fred's reason for refusing it.
 #[cfg(feature = "redis")]
 pub(crate) fn fred_config(url: &str, cluster: bool) -> Result<fred::prelude::Config, String> {
+    check_query(url, cluster)?;
     let url = for_fred(url);
     let config = if cluster {
         fred::prelude::Config::from_url_clustered(&url)
@@ -86,6 +87,44 @@ pub(crate) fn fred_config(url: &str, cluster: bool) -> Result<fred::prelude::Con
         fred::prelude::Config::from_url(&url)
     };
     config.map_err(|e| fred_refusal(e.details()))
+}
+
+/// Refuses a query parameter that the URL's kind does not read: fred ignores any it does not
+/// know, so a typo (`?sentinelservicename=`), a parameter of another kind (`?node=` on a single
+/// server, which stays one server) or one this build's fred cannot use (`sentinelUsername`,
+/// `sentinelPassword`: fred's `sentinel-auth` feature is off) would be dropped without a word.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+fn check_query(url: &str, cluster: bool) -> Result<(), String> {
+    let Some((head, query)) = url.split_once('?') else {
+        return Ok(());
+    };
+    let scheme = head
+        .split_once("://")
+        .map_or("", |(s, _)| s)
+        .to_ascii_lowercase();
+    let (kind, known): (&str, &[&str]) = if scheme.ends_with("-sentinel") {
+        ("a Sentinel URL", &["node", "sentinelServiceName"])
+    } else if cluster || scheme.ends_with("-cluster") {
+        ("a cluster URL", &["node"])
+    } else {
+        ("a single server's URL", &[])
+    };
+    let query = query.split('#').next().unwrap_or_default();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let key = pair.split_once('=').map_or(pair, |(k, _)| k);
+        if known.contains(&key) {
+            continue;
+        }
+        let takes = match known {
+            [] => "takes no query parameter".to_owned(),
+            known => format!("takes only {}", known.join(" and ")),
+        };
+        return Err(format!(
+            "the query parameter `{key}` is not read: {kind} {takes} (fred would drop it \
+             without a word)"
+        ));
+    }
+    Ok(())
 }
 
 /// fred's reason for refusing a URL, in words where its own are a parser's (`InvalidPort`).
@@ -135,6 +174,54 @@ mod tests {
             "{}",
             refusal("redis://127.0.0.1:6379/abc")
         );
+    }
+
+    /// fred drops a query parameter it does not know: a typo, a cluster's `node` on a single
+    /// server's URL, or a Sentinel's credentials without fred's `sentinel-auth` feature would
+    /// each be lost without a word.
+    #[cfg(feature = "redis")]
+    #[test]
+    fn a_query_parameter_the_url_does_not_read_is_refused_by_name() {
+        let refusal = |url, cluster| fred_config(url, cluster).unwrap_err();
+        let e = refusal("redis://127.0.0.1:6379?foo=bar", false);
+        assert!(
+            e.contains("`foo`") && e.contains("takes no query parameter"),
+            "{e}"
+        );
+        let e = refusal("redis://127.0.0.1:6379/0?node=127.0.0.1:6380", false);
+        assert!(e.contains("`node`"), "{e}");
+        let e = refusal("redis-cluster://127.0.0.1:7000?nodes=127.0.0.1:7001", false);
+        assert!(
+            e.contains("`nodes`") && e.contains("takes only node"),
+            "{e}"
+        );
+        let e = refusal(
+            "redis-sentinel://127.0.0.1:26379?sentinelServiceName=m&sentinelPassword=pw",
+            false,
+        );
+        assert!(e.contains("`sentinelPassword`"), "{e}");
+        let e = refusal(
+            "redis-sentinel://127.0.0.1:26379?sentinelservicename=m",
+            false,
+        );
+        assert!(e.contains("`sentinelservicename`"), "{e}");
+        let e = refusal("unix:///tmp/redis.sock?db=1", false);
+        assert!(e.contains("`db`"), "{e}");
+        // What each kind reads still passes, and an empty query is no parameter.
+        for (url, cluster) in [
+            ("redis://127.0.0.1:6379?", false),
+            ("redis://127.0.0.1:7000?node=127.0.0.1:7001", true),
+            (
+                "rediss-cluster://u:p@127.0.0.1:7000?node=127.0.0.1:7001&node=127.0.0.1:7002",
+                false,
+            ),
+            (
+                "redis-sentinel://127.0.0.1:26379?sentinelServiceName=m&node=127.0.0.1:26380",
+                false,
+            ),
+        ] {
+            assert!(fred_config(url, cluster).is_ok(), "{url}");
+        }
     }
 
     #[test]

@@ -224,6 +224,28 @@ fn invalid_redis_urls_are_refused() {
     }
 }
 
+/// docs/REDIS.md: a query parameter the URL's kind does not read is refused, naming it (fred
+/// would drop it without a word), from the builder and from a config file.
+#[cfg(feature = "redis")]
+#[test]
+fn a_redis_url_query_parameter_that_is_not_read_is_refused_by_name() {
+    let e = err(RateLimitConfig::builder().redis_url("redis://127.0.0.1:6379?node=127.0.0.1:6380"));
+    assert!(matches!(e, ConfigError::InvalidRedisUrl(_)), "{e:?}");
+    assert_eq!(e.field(), "redis.url");
+    assert!(e.to_string().contains("`node`"), "{e}");
+    let toml = "[redis]\nurl = \"redis://127.0.0.1:6379?pasword=x\"\n";
+    let e = toml::from_str::<RateLimitConfig>(toml)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`pasword`"), "{e}");
+    // A cluster named by the flag reads `node`.
+    assert!(RateLimitConfig::builder()
+        .redis_url("redis://127.0.0.1:7000?node=127.0.0.1:7001")
+        .redis_cluster(true)
+        .build()
+        .is_ok());
+}
+
 #[cfg(not(feature = "redis"))]
 #[test]
 fn redis_url_without_the_redis_feature_is_refused() {
