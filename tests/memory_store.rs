@@ -455,6 +455,53 @@ async fn at_the_smallest_cap_a_user_and_an_endpoint_key_fit_and_the_retry_comes_
     assert!(d.allowed(), "after its Retry-After: {d:?}");
 }
 
+/// README: shadow mode "never blocks". At the key cap a new key of a shadow tier is not
+/// tracked (the store never forgets a live key, and the cap holds), so the request is let
+/// through and reported as what enforcing the tier would have done; an enforced tier still
+/// fails closed. (An outside audit: 11 of 20 new users got a 429 with every tier in shadow.)
+#[tokio::test]
+async fn at_the_key_cap_a_shadow_tier_lets_new_ids_through_and_reports_them() {
+    let clock = ManualClock::at(T0);
+    let store = MemoryStore::with_max_keys(10);
+    let all_shadow = limits(100, 1_000, 0, MINUTE).shadow(true);
+    let limiter = limiter_on(all_shadow, &clock, &store);
+    for u in 0..20 {
+        let d = limiter.check(&format!("user{u}"), "/x").await;
+        assert!(d.allowed(), "user{u}: {d:?}");
+        if u >= 9 {
+            // user0..user8 and the endpoint key fill the cap.
+            assert_eq!(d.shadow_blocked_by(), Some(Tier::User), "user{u}: {d:?}");
+            assert!(d.retry_after() > Duration::ZERO, "user{u}: {d:?}");
+        } else {
+            assert_eq!(d.shadow_blocked_by(), None, "user{u}: {d:?}");
+        }
+        assert!(store.tracked_keys() <= 10);
+    }
+    // The endpoint key is tracked, so the endpoint tier counted all twenty.
+    let usage = limiter.usage("user0", "/x").await.unwrap();
+    let endpoint = usage
+        .tiers
+        .iter()
+        .find(|u| u.tier == Tier::Endpoint)
+        .unwrap();
+    assert_eq!(endpoint.used, 20);
+
+    // The user tier in shadow, the endpoint tier enforced: a new endpoint key at the cap is
+    // still denied by the endpoint tier, and records nothing.
+    let store = MemoryStore::with_max_keys(2);
+    let config = limits(100, 1_000, 0, MINUTE).shadow_tier(Tier::User);
+    let limiter = limiter_on(config, &clock, &store);
+    assert!(limiter.check("a", "/x").await.allowed());
+    let d = limiter.check("b", "/x").await;
+    assert!(d.allowed(), "{d:?}");
+    assert_eq!(d.shadow_blocked_by(), Some(Tier::User), "{d:?}");
+    let d = limiter.check("a", "/y").await;
+    assert!(!d.allowed(), "{d:?}");
+    assert_eq!(d.blocked_by(), Some(Tier::Endpoint), "{d:?}");
+    assert_eq!(store.entries(Tier::User, "a"), 1);
+    assert_eq!(store.tracked_keys(), 2);
+}
+
 #[tokio::test]
 async fn config_max_tracked_keys_reaches_the_default_store() {
     let clock = ManualClock::at(T0);

@@ -146,6 +146,30 @@ impl Answer {
         }
     }
 
+    /// This answer, an admission reporting `untracked` (a shadow tier and its wait, µs) as its
+    /// shadow denial unless it reports one already: a shadow tier whose new key the memory
+    /// store's cap left untracked.
+    #[inline(always)]
+    pub(crate) fn with_shadow_denied_if_none(self, untracked: Option<(Tier, u64)>) -> Self {
+        match (self, untracked) {
+            (
+                Self::Admitted {
+                    binding,
+                    resets_in_us,
+                    shadow_denied: None,
+                    ..
+                },
+                Some((tier, wait)),
+            ) => Self::Admitted {
+                remaining: 0,
+                binding,
+                resets_in_us,
+                shadow_denied: Some((tier, wait)),
+            },
+            (answer, _) => answer,
+        }
+    }
+
     /// A store's outcome, its waits rounded up to whole µs.
     #[inline]
     pub(crate) fn of_outcome(outcome: StoreOutcome) -> Self {

@@ -4,6 +4,8 @@
 //! trimmed, and their facts handed to the [algorithm](crate::algorithm); an admitted request
 //! is then recorded where the verdict says, and a key it needed is inserted only then.
 
+use std::sync::atomic::Ordering;
+
 use parking_lot::MutexGuard;
 
 use super::log::Log;
@@ -70,7 +72,9 @@ fn log_in<'a>(
 /// The decision on the logs of a request's tiers (`logs`, in the request's order, locked by
 /// the caller): trims them, asks the algorithm, and records an admitted request where the
 /// verdict says, unless `admit` (told where it would be recorded) refuses it: then nothing is
-/// recorded and its error is returned. With the tiers the request was recorded in.
+/// recorded and its error is returned. `admit` may also take a shadow tier out of where it is
+/// recorded, naming it with the wait it reports (the key cap's). With the tiers the request
+/// was recorded in.
 #[inline]
 fn decide_on(
     logs: &mut [Option<&mut Log>; 3],
@@ -78,7 +82,7 @@ fn decide_on(
     now: u64,
     window: u64,
     cost: u64,
-    admit: impl FnOnce(&[bool; 3]) -> Result<(), Tier>,
+    admit: impl FnOnce(&mut [bool; 3]) -> Result<Option<(Tier, u64)>, Tier>,
 ) -> Result<(Answer, [bool; 3]), Tier> {
     let cutoff = now.saturating_sub(window);
     let mut facts = [NO_FACTS; 3];
@@ -92,16 +96,16 @@ fn decide_on(
     });
     let outcome = Answer::of_verdict(&verdict, tiers);
     // Denied: the logs are left as they were.
-    let Verdict::Admitted { records, .. } = verdict else {
+    let Verdict::Admitted { mut records, .. } = verdict else {
         return Ok((outcome, [false; 3]));
     };
-    admit(&records)?;
+    let untracked = admit(&mut records)?;
     for (log, _) in logs.iter_mut().zip(records).filter(|(_, r)| *r) {
         if let Some(log) = log {
             log.record_at_least(now, cost);
         }
     }
-    Ok((outcome, records))
+    Ok((outcome.with_shadow_denied_if_none(untracked), records))
 }
 
 impl TierLogs {
@@ -148,7 +152,7 @@ impl TierLogs {
                 n += 1;
             }
         }
-        decide_on(&mut logs, tiers, now, window, req.cost, |_| Ok(())).map(|(outcome, _)| outcome)
+        decide_on(&mut logs, tiers, now, window, req.cost, |_| Ok(None)).map(|(outcome, _)| outcome)
     }
 
     /// [`decide`](Self::decide) for a request with a key not tracked yet: that key is decided
@@ -185,12 +189,33 @@ impl TierLogs {
         if let Some(log) = global.as_deref_mut() {
             logs[n] = Some(log);
         }
-        let admit = |records: &[bool; 3]| {
-            let (user, endpoint) = (new_user && records[u], new_endpoint && records[e]);
+        let admit = |records: &mut [bool; 3]| {
+            let (mut user, mut endpoint) = (new_user && records[u], new_endpoint && records[e]);
             if !user && !endpoint || self.try_reserve(usize::from(user) + usize::from(endpoint)) {
-                Ok(())
-            } else {
-                Err(if user { Tier::User } else { Tier::Endpoint })
+                return Ok(None);
+            }
+            // At the cap. A tier in shadow mode never denies: its new key is left untracked
+            // (the request is not counted in it; the next sweep may make room), and the
+            // answer reports the denial enforcing it would have given. An enforced tier's new
+            // key still needs room: it fails closed.
+            let mut untracked = None;
+            if user && tiers[u].shadow {
+                (user, records[u], untracked) = (false, false, Some(Tier::User));
+            }
+            if endpoint && tiers[e].shadow {
+                (endpoint, records[e]) = (false, false);
+                untracked = untracked.or(Some(Tier::Endpoint));
+            }
+            match untracked {
+                Some(tier)
+                    if !user && !endpoint
+                        || self.try_reserve(usize::from(user) + usize::from(endpoint)) =>
+                {
+                    self.warn_cap_reached(now, tier);
+                    let retry_at = self.cap_retry_at.load(Ordering::Acquire);
+                    Ok(Some((tier, retry_at.saturating_sub(now).max(1))))
+                }
+                _ => Err(if user { Tier::User } else { Tier::Endpoint }),
             }
         };
         let (outcome, records) = decide_on(&mut logs, tiers, now, window, req.cost, admit)?;

@@ -68,7 +68,9 @@ const SHARDS: usize = 64;
 ///   next one waits until a key can have fallen idle, and at least 1/8 of a window (1 ms to
 ///   1 s), so a key idle for less than that may be reclaimed that much later. The store never
 ///   forgets a key that still holds live entries, so the cap can never make a tier admit more
-///   than its limit: it fails closed, for new ids only, until room frees up.
+///   than its limit: it fails closed, for new ids only, until room frees up. A tier in shadow
+///   mode never denies: its new key at the cap is not made (no sweep first), and the request
+///   goes through, not counted in that tier, reported as the tier's shadow denial.
 #[derive(Clone, Debug)]
 pub struct MemoryStore {
     inner: Arc<TierLogs>,
@@ -190,8 +192,8 @@ impl MemoryStore {
 
 impl TierLogs {
     /// Logs, at most once every [`CAP_WARNING_INTERVAL_US`], that the key cap denied a new key
-    /// (every tracked key is live) (reported as `tier`'s denials, which the decision
-    /// alone cannot tell from a full tier).
+    /// of `tier`, or left it untracked for a tier in shadow mode (reported as `tier`'s denials
+    /// or shadow denials, which the decision alone cannot tell from a full tier).
     fn warn_cap_reached(&self, now: u64, tier: Tier) {
         let due = self.next_cap_warning.load(Ordering::Relaxed);
         if now < due
@@ -211,9 +213,10 @@ impl TierLogs {
             max_tracked_keys = self.max_keys,
             tracked = self.tracked.load(Ordering::Relaxed),
             tier = tier.as_str(),
-            "the in-memory store's key cap is reached and every tracked key is live: requests \
-             that need a new key (new user ids, or a route not used within the window) are \
-             denied until keys fall idle; raise max_tracked_keys if this is not a flood"
+            "the in-memory store's key cap is reached: requests that need a new key (new user \
+             ids, or a route not used within the window) are denied (a tier in shadow mode \
+             lets them through, not counted) until keys fall idle; raise max_tracked_keys if \
+             this is not a flood"
         );
     }
 }
