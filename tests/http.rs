@@ -159,6 +159,65 @@ async fn retry_after_is_exact_and_rounded_up_over_http() {
     assert_eq!(r.retry_after.as_deref(), Some("0"));
 }
 
+/// README: `Retry-After` is `0` on an allowed response. That is the limiter's own header: a
+/// service that answers with a `Retry-After` of its own (a 503 during maintenance, a 429 passed
+/// on from upstream) keeps it, in every header style, shadow denials included; a 429 of the
+/// limiter carries the limiter's. (An outside audit: the layer replaced the service's `120`
+/// with `0`, telling clients to retry a maintenance 503 at once.)
+#[tokio::test]
+async fn a_services_own_retry_after_is_kept() {
+    use tiered_ratelimit::HeaderStyle;
+    let own = || async {
+        Response::builder()
+            .status(StatusCode::SERVICE_UNAVAILABLE)
+            .header("retry-after", "120")
+            .body(axum::body::Body::empty())
+            .unwrap()
+    };
+    for (style, shadow) in [
+        (HeaderStyle::Legacy, false),
+        (HeaderStyle::Both, false),
+        (HeaderStyle::Ietf, false),
+        (HeaderStyle::Legacy, true),
+    ] {
+        let config = RateLimitConfig::builder()
+            .window(Duration::from_secs(60))
+            .user_limit(2)
+            .headers(style)
+            .shadow(shadow)
+            .build()
+            .unwrap();
+        let limiter = RateLimiter::builder(config).build();
+        let app = Router::new()
+            .route("/down", get(own))
+            .route("/up", get(|| async { "ok" }))
+            .route_layer(header_user_id(RateLimitLayer::from_limiter(limiter)));
+        let base = serve(app, false).await;
+        let client = reqwest::Client::new();
+        let r = get_as(&client, &format!("{base}/down"), Some("u")).await;
+        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.retry_after.as_deref(), Some("120"), "{style:?}");
+        let legacy = style != HeaderStyle::Ietf;
+        assert_eq!(r.remaining.as_deref(), legacy.then_some("1"), "{style:?}");
+        let r = get_as(&client, &format!("{base}/up"), Some("u")).await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(r.retry_after.as_deref(), legacy.then_some("0"), "{style:?}");
+        // The user's limit is reached: the limiter's 429 (or, in shadow, the shadow denial on
+        // the service's 503) carries a wait of the limiter's only where the service set none.
+        let r = get_as(&client, &format!("{base}/down"), Some("u")).await;
+        if shadow {
+            assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(r.retry_after.as_deref(), Some("120"));
+            let r = get_as(&client, &format!("{base}/up"), Some("u")).await;
+            assert_eq!(r.status, StatusCode::OK);
+            assert_eq!(r.retry_after.as_deref(), Some("60"));
+        } else {
+            assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{style:?}");
+            assert_eq!(r.retry_after.as_deref(), Some("60"), "{style:?}");
+        }
+    }
+}
+
 /// A memory store and a limiter on it with an endpoint limit of 3 a minute (no user or global
 /// tier).
 fn endpoint_limit_of_three() -> (MemoryStore, RateLimiter) {

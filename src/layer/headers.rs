@@ -47,6 +47,24 @@ pub fn to_header_map(decision: &Decision, style: HeaderStyle) -> HeaderMap {
 /// A request to which no tier applied (every limit 0, or only a user limit and no user id nor
 /// client address) gets none: a remaining count of `u64::MAX` is no use to a client.
 pub fn write(decision: &Decision, style: HeaderStyle, headers: &mut HeaderMap) {
+    put(decision, style, headers, true);
+}
+
+/// [`write`] on the response of the service behind the layer: a `Retry-After` it set itself
+/// (a 503's, a 429 passed on from upstream) is kept, not replaced by the limiter's.
+#[inline]
+pub(crate) fn write_on_response(decision: &Decision, style: HeaderStyle, headers: &mut HeaderMap) {
+    put(decision, style, headers, false);
+}
+
+/// [`write`], replacing a `Retry-After` already in `headers` only if `replace_retry_after`.
+#[inline(always)]
+fn put(
+    decision: &Decision,
+    style: HeaderStyle,
+    headers: &mut HeaderMap,
+    replace_retry_after: bool,
+) {
     if !decision.is_limited() {
         return;
     }
@@ -55,7 +73,12 @@ pub fn write(decision: &Decision, style: HeaderStyle, headers: &mut HeaderMap) {
         headers.insert(X_RATELIMIT_REMAINING.clone(), number(decision.remaining()));
     }
     if legacy || !decision.allowed() {
-        headers.insert(RETRY_AFTER, number(decision.retry_after_secs()));
+        let value = number(decision.retry_after_secs());
+        if replace_retry_after {
+            headers.insert(RETRY_AFTER, value);
+        } else {
+            headers.entry(RETRY_AFTER).or_insert(value);
+        }
     }
     if style != HeaderStyle::Legacy {
         let window = decision.window();

@@ -10,14 +10,15 @@ use super::RejectFn;
 use crate::decision::Decision;
 use crate::header_style::HeaderStyle;
 
-/// The inner service's response, with the rate-limit headers.
+/// The inner service's response, with the rate-limit headers (a `Retry-After` of its own is
+/// kept).
 #[inline]
 pub(crate) fn with_headers<B>(
     mut response: Response<B>,
     decision: &Decision,
     style: HeaderStyle,
 ) -> Response<B> {
-    headers::write(decision, style, response.headers_mut());
+    headers::write_on_response(decision, style, response.headers_mut());
     response
 }
 
