@@ -7,7 +7,9 @@
 //! - The first tier, in order, that cannot take it denies (unless it is in shadow mode); the
 //!   wait is until enough of its entries have left the window for the request to fit: an entry
 //!   recorded at `t` leaves at `t + window + 1 µs`. A cost above the limit can never fit: its
-//!   wait is one window, the honest floor.
+//!   wait is one window, the honest floor. (When an earlier tier is full too, the limiter
+//!   names the denial after the tier that can never fit, for every store alike:
+//!   `limiter/check.rs`, `never_fits_or`.)
 //! - Admitted: every tier with room records it; a full shadow tier does not, and the first one
 //!   is reported with the wait enforcing it would have given.
 //! - `remaining` is the smallest capacity left over the tiers (0 for a full shadow tier); the

@@ -695,6 +695,22 @@ impl Model {
         if tiers.is_empty() {
             return e;
         }
+        // A cost above an enforced tier's limit can never be admitted: the first such tier
+        // denies it, whatever the others hold (docs/POLICIES.md), with a wait of one window.
+        let shadow_of = |tier: &Tier| self.sc.shadow[TIERS.iter().position(|t| t == tier).unwrap()];
+        if let Some((tier, ..)) = tiers
+            .iter()
+            .find(|(tier, _, limit)| cost > *limit && !shadow_of(tier))
+        {
+            let retry = self.sc.window;
+            e.allowed = false;
+            e.remaining = 0;
+            e.retry = retry;
+            e.blocked_by = Some(*tier);
+            e.exceeds = true;
+            e.binding = Some((*tier, retry));
+            return e;
+        }
         let mut record = Vec::new();
         // The tier with the least left (the first of equals), and its key.
         let mut least: Option<(u64, Tier, &str)> = None;

@@ -1316,9 +1316,42 @@ mod contract {
         assert_eq!((d.allowed(), d.remaining()), (true, 0));
         assert_eq!(limiter.backend(), b.expected_backend());
     }
+
+    /// docs/POLICIES.md: "A cost above a tier's limit can never be admitted: it is denied by
+    /// that tier". So too when a tier before it is full: the full tier's wait would come true
+    /// and the request would be denied all the same (an outside audit: `Retry-After: 61`, then
+    /// a denial by the endpoint after the wait; `acquire` waited for it). A shadow tier never
+    /// denies, so it does not count; a block still answers first.
+    pub async fn a_cost_that_can_never_fit_is_named_even_behind_a_full_tier(b: TestBackend) {
+        use tiered_ratelimit::RouteLimits;
+        let clock = ManualClock::at(Duration::from_secs(1_000));
+        let e = RouteLimits {
+            user_limit: None,
+            endpoint_limit: Some(3),
+        };
+        let limiter = b
+            .limiter(limits(5, 100, 100, MINUTE).route("/e", e), &clock)
+            .await;
+        assert!(limiter.check_n("alice", "/other", 5).await.allowed());
+        let d = limiter.check_n("alice", "/e", 4).await;
+        assert_eq!(d.blocked_by(), Some(Tier::Endpoint), "{d:?}");
+        assert!(d.cost_exceeds_limit(), "{d:?}");
+        assert_eq!(d.cost_limit(), Some(3));
+        assert_eq!(d.retry_after(), MINUTE);
+        // A cost that fits every limit is still denied by the full user tier, with its wait.
+        let d = limiter.check_n("alice", "/e", 3).await;
+        assert_eq!(d.blocked_by(), Some(Tier::User), "{d:?}");
+        assert!(!d.cost_exceeds_limit());
+        assert_eq!(d.retry_after(), MINUTE + US);
+        // Nothing was recorded by either denial: the endpoint still takes 3.
+        let d = limiter.check_n("bob", "/e", 3).await;
+        assert_eq!((d.allowed(), d.remaining()), (true, 0), "{d:?}");
+        assert_eq!(limiter.backend(), b.expected_backend());
+    }
 }
 
 contract_tests!(
+    a_cost_that_can_never_fit_is_named_even_behind_a_full_tier,
     a_request_can_spend_several_units,
     unit_and_costly_requests_mix,
     a_cost_above_the_limit_is_denied_and_says_why,

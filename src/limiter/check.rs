@@ -15,6 +15,7 @@ use crate::header_style::HeaderStyle;
 use crate::observe;
 use crate::request::{CheckRequest, Keys, UserKey, NO_TIER};
 use crate::store::{Answer, StoreError, StoreRequest};
+use crate::tier::Tier;
 
 /// The decision for a store's answer to `req`, with the tiers that applied (`limits`, by
 /// tier: the request's keys') and its cost; a failing store lets the request through (and is
@@ -27,7 +28,7 @@ fn conclude(
     limits: [u64; 3],
 ) -> Decision {
     let mut decision = match answer {
-        Ok(answer) => decision_of(answer),
+        Ok(answer) => decision_of(answer, req),
         Err(error) => store_failed(&error, backend()),
     };
     decision.limits = limits;
@@ -36,9 +37,25 @@ fn conclude(
     decision
 }
 
-/// The decision a store's answer gives (before the tiers, the window and the cost are set).
+/// A store's denial of `req` by `tier`, named instead by the first enforced tier whose limit
+/// is below the request's cost if there is one: that request can never be admitted, whatever
+/// the logs hold, while the tier that was full first would name a wait after which the request
+/// is denied all the same. Its wait is one window, as the algorithm gives such a tier. A
+/// denial recorded nothing, so only its name and wait change; blocks (the store's `Blocked`)
+/// still answer first.
+#[cold]
+#[inline(never)]
+fn never_fits_or(req: &StoreRequest<'_>, tier: Tier, retry_after_us: u64) -> Decision {
+    match req.tiers.iter().find(|t| !t.shadow && t.limit < req.cost) {
+        Some(t) => Decision::deny(t.tier, crate::clock::saturating_micros(req.window).max(1)),
+        None => Decision::deny(tier, retry_after_us),
+    }
+}
+
+/// The decision a store's answer to `req` gives (before the tiers, the window and the cost
+/// are set).
 #[inline]
-fn decision_of(answer: Answer) -> Decision {
+fn decision_of(answer: Answer, req: &StoreRequest<'_>) -> Decision {
     match answer {
         Answer::Admitted {
             remaining,
@@ -50,6 +67,10 @@ fn decision_of(answer: Answer) -> Decision {
             shadow_denied: Some((tier, wait_us)),
             ..
         } => Decision::shadow_deny(tier, wait_us),
+        Answer::Denied {
+            tier,
+            retry_after_us,
+        } if req.cost > 1 => never_fits_or(req, tier, retry_after_us),
         Answer::Denied {
             tier,
             retry_after_us,
@@ -270,8 +291,16 @@ pub(crate) struct Pending {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::StoreOutcome;
-    use crate::tier::Tier;
+    use crate::store::{StoreOutcome, TierCheck};
+
+    /// A unit request's decision on a custom store's answer.
+    fn decision_of(answer: Answer) -> Decision {
+        let tiers = [TierCheck::new(Tier::User, "u", 1)];
+        super::decision_of(
+            answer,
+            &StoreRequest::new(Duration::ZERO, Duration::ZERO, 1, &tiers),
+        )
+    }
 
     /// The decision on a custom store's denial by the user tier after `wait`.
     fn denied(wait: Duration) -> Decision {
