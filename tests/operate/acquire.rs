@@ -100,6 +100,21 @@ pub async fn a_cost_that_can_never_fit_is_denied_at_once(b: TestBackend) {
         .await;
     assert!(denied.cost_exceeds_limit(), "{denied:?}");
     assert!(t0.elapsed() < slack, "returned after {:?}", t0.elapsed());
+    // So too behind a full tier whose wait would come true: the user tier is full, and the
+    // global limit of 3 can never take a cost of 4 (an outside audit: it waited for the user
+    // tier, then was denied all the same).
+    let behind = crate::limiter(&b, limits(5, 0, 3, SEC), &clock).await;
+    for _ in 0..3 {
+        assert!(behind.check("bob", "/a").await.allowed());
+    }
+    let t0 = tokio::time::Instant::now();
+    let request = CheckRequest::new(UserKey::Id("bob"), Some("/a")).with_cost(4);
+    let denied = behind
+        .acquire_request(request, Duration::from_secs(3_600))
+        .await;
+    assert_eq!(denied.blocked_by(), Some(Tier::Global), "{denied:?}");
+    assert!(denied.cost_exceeds_limit(), "{denied:?}");
+    assert!(t0.elapsed() < slack, "returned after {:?}", t0.elapsed());
 }
 
 /// Ten waiters on a tier of 3 that frees 3 slots after 1 s: exactly 3 get in, the others give
