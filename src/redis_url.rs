@@ -79,49 +79,55 @@ pub(crate) fn for_fred(url: &str) -> Cow<'_, str> {
 /// URLs or `cluster`), or fred's reason for refusing it.
 #[cfg(feature = "redis")]
 pub(crate) fn fred_config(url: &str, cluster: bool) -> Result<fred::prelude::Config, String> {
-    check_query(url, cluster)?;
-    let url = for_fred(url);
+    let fred_url = for_fred(url);
     let config = if cluster {
-        fred::prelude::Config::from_url_clustered(&url)
+        fred::prelude::Config::from_url_clustered(&fred_url)
     } else {
-        fred::prelude::Config::from_url(&url)
+        fred::prelude::Config::from_url(&fred_url)
     };
-    config.map_err(|e| fred_refusal(e.details()))
+    let config = config.map_err(|e| fred_refusal(e.details()))?;
+    check_query(&fred_url, cluster)?;
+    Ok(config)
 }
 
 /// Refuses a query parameter that the URL's kind does not read: fred ignores any it does not
-/// know, so a typo (`?sentinelservicename=`), a parameter of another kind (`?node=` on a single
+/// know, so a typo (`?nodes=`), a parameter of another kind (`?node=` on a single
 /// server, which stays one server) or one this build's fred cannot use (`sentinelUsername`,
 /// `sentinelPassword`: fred's `sentinel-auth` feature is off) would be dropped without a word.
-#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+/// The query is read as fred reads it (`url`'s `query_pairs`: keys percent-decoded, the
+/// fragment left out); called only on a URL fred has read, with `cluster` as fred was told.
+#[cfg(feature = "redis")]
 fn check_query(url: &str, cluster: bool) -> Result<(), String> {
-    let Some((head, query)) = url.split_once('?') else {
-        return Ok(());
+    let Ok(parsed) = url::Url::parse(url) else {
+        return Ok(()); // fred read it; nothing to add
     };
-    let scheme = head
-        .split_once("://")
-        .map_or("", |(s, _)| s)
-        .to_ascii_lowercase();
-    let (kind, known): (&str, &[&str]) = if scheme.ends_with("-sentinel") {
-        ("a Sentinel URL", &["node", "sentinelServiceName"])
-    } else if cluster || scheme.ends_with("-cluster") {
+    let scheme = parsed.scheme().to_ascii_lowercase();
+    // fred reads a URL as a cluster's whenever it is told to, whatever its scheme.
+    let (kind, known): (&str, &[&str]) = if cluster || scheme.ends_with("-cluster") {
         ("a cluster URL", &["node"])
+    } else if scheme.ends_with("-sentinel") {
+        ("a Sentinel URL", &["node", "sentinelServiceName"])
     } else {
         ("a single server's URL", &[])
     };
-    let query = query.split('#').next().unwrap_or_default();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let key = pair.split_once('=').map_or(pair, |(k, _)| k);
-        if known.contains(&key) {
+    for (key, _) in parsed.query_pairs() {
+        if known.contains(&key.as_ref()) {
             continue;
         }
         let takes = match known {
             [] => "takes no query parameter".to_owned(),
             known => format!("takes only {}", known.join(" and ")),
         };
+        // A key holding `@` or `:` may be the end of a password with a bare `?` in it: it is
+        // not repeated in an error that will be logged.
+        let name = if key.contains(['@', ':']) {
+            "a query parameter (its name is not shown: a `?` in a password must be written %3F)"
+                .to_owned()
+        } else {
+            format!("the query parameter `{key}`")
+        };
         return Err(format!(
-            "the query parameter `{key}` is not read: {kind} {takes} (fred would drop it \
-             without a word)"
+            "{name} is not read: {kind} {takes} (fred would drop it without a word)"
         ));
     }
     Ok(())
@@ -204,9 +210,22 @@ mod tests {
             "redis-sentinel://127.0.0.1:26379?sentinelservicename=m",
             false,
         );
-        assert!(e.contains("`sentinelservicename`"), "{e}");
+        // (fred itself refuses a Sentinel URL without the name, and says so.)
+        assert!(e.contains("sentinel service name"), "{e}");
         let e = refusal("unix:///tmp/redis.sock?db=1", false);
         assert!(e.contains("`db`"), "{e}");
+        // fred reads a URL as a cluster's when told to, and drops a Sentinel's name there.
+        let e = refusal(
+            "redis-sentinel://127.0.0.1:26379?sentinelServiceName=m",
+            true,
+        );
+        assert!(e.contains("`sentinelServiceName`"), "{e}");
+        // The end of a password with a bare `?` is not repeated in the error.
+        let e = refusal("redis://127.0.0.1:6379?hunter2@x", false);
+        assert!(!e.contains("hunter2"), "{e}");
+        // Read as fred reads it: a `?` in the fragment is no query, and keys are decoded.
+        assert!(fred_config("redis://127.0.0.1:6379#?x=1", false).is_ok());
+        assert!(fred_config("redis://127.0.0.1:7000?%6Eode=127.0.0.1:7001", true).is_ok());
         // What each kind reads still passes, and an empty query is no parameter.
         for (url, cluster) in [
             ("redis://127.0.0.1:6379?", false),

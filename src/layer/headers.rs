@@ -73,11 +73,13 @@ fn put(
         headers.insert(X_RATELIMIT_REMAINING.clone(), number(decision.remaining()));
     }
     if legacy || !decision.allowed() {
-        let value = number(decision.retry_after_secs());
-        if replace_retry_after {
-            headers.insert(RETRY_AFTER, value);
-        } else {
-            headers.entry(RETRY_AFTER).or_insert(value);
+        // Inserted, and the service's own put back if there was one: no lookup of its own on
+        // the common path, where there is none.
+        let previous = headers.insert(RETRY_AFTER, number(decision.retry_after_secs()));
+        if let Some(own) = previous {
+            if !replace_retry_after {
+                put_back(headers, own);
+            }
         }
     }
     if style != HeaderStyle::Legacy {
@@ -99,6 +101,13 @@ fn put(
             }
         }
     }
+}
+
+/// Puts the service's own `Retry-After` back in place of the limiter's.
+#[cold]
+#[inline(never)]
+fn put_back(headers: &mut HeaderMap, own: HeaderValue) {
+    headers.insert(RETRY_AFTER, own);
 }
 
 /// The largest integer of a structured field (RFC 9651: at most 15 digits).
