@@ -502,6 +502,90 @@ async fn at_the_key_cap_a_shadow_tier_lets_new_ids_through_and_reports_them() {
     assert_eq!(store.tracked_keys(), 2);
 }
 
+/// At the cap, a shadow tier reports what enforcing it would have given, after the same sweep:
+/// the same wait when no room is found, and no denial at all when the sweep makes room (a
+/// review: without the sweep it reported a stale 1 µs, and a false denial).
+#[tokio::test]
+async fn at_the_key_cap_a_shadow_tier_reports_what_enforcing_it_would_give() {
+    async fn last(shadow: bool, cap: usize, at: &[(&str, u64)]) -> (Decision, MemoryStore) {
+        let clock = ManualClock::at(T0);
+        let store = MemoryStore::with_max_keys(cap);
+        let limiter = limiter_on(limits(100, 0, 0, MINUTE).shadow(shadow), &clock, &store);
+        let mut d = None;
+        for (user, t) in at {
+            clock.set(T0 + secs(*t));
+            d = Some(limiter.check(user, "/x").await);
+        }
+        (d.unwrap(), store)
+    }
+    // Every tracked key is live when d comes: no room either way, the same wait.
+    let at = [
+        ("z", 0),
+        ("a", 50),
+        ("b", 55),
+        ("c", 61),
+        ("a", 100),
+        ("d", 111),
+    ];
+    let (enforced, _) = last(false, 3, &at).await;
+    let (shadow, store) = last(true, 3, &at).await;
+    assert_eq!(enforced.blocked_by(), Some(Tier::User), "{enforced:?}");
+    assert!(shadow.allowed(), "{shadow:?}");
+    assert_eq!(shadow.shadow_blocked_by(), Some(Tier::User), "{shadow:?}");
+    assert_eq!(shadow.retry_after(), enforced.retry_after());
+    assert_eq!(shadow.retry_after_secs(), 5);
+    assert_eq!(store.entries(Tier::User, "d"), 0);
+    // a is idle when c comes: the sweep makes room, and c is admitted and counted either way.
+    let at = [("z", 0), ("a", 30), ("b", 61), ("c", 100)];
+    let (enforced, _) = last(false, 2, &at).await;
+    let (shadow, store) = last(true, 2, &at).await;
+    assert!(enforced.allowed() && enforced.shadow_blocked_by().is_none());
+    assert!(shadow.allowed(), "{shadow:?}");
+    assert_eq!(shadow.shadow_blocked_by(), None, "{shadow:?}");
+    assert_eq!(shadow.remaining(), 99);
+    assert_eq!(store.entries(Tier::User, "c"), 1);
+}
+
+/// Through the `Store` trait, an untracked shadow tier's outcome follows the algorithm's rule
+/// for a full shadow tier: it binds, with its wait (a review: the binding stayed the endpoint
+/// tier's, with the endpoint's reset).
+#[tokio::test]
+async fn an_untracked_shadow_tier_binds_in_the_stores_outcome() {
+    use tiered_ratelimit::store::{Store, StoreOutcome, StoreRequest, TierCheck};
+    async fn check(store: &MemoryStore, tiers: &[TierCheck<'_>]) -> StoreOutcome {
+        store
+            .check(&StoreRequest::new(T0, MINUTE, 1, tiers))
+            .await
+            .unwrap()
+    }
+    let store = MemoryStore::with_max_keys(2);
+    check(&store, &[TierCheck::new(Tier::Endpoint, "e1", 10)]).await;
+    check(&store, &[TierCheck::new(Tier::Endpoint, "e2", 10)]).await;
+    let outcome = check(
+        &store,
+        &[
+            TierCheck::new(Tier::User, "new", 100).shadow(true),
+            TierCheck::new(Tier::Endpoint, "e1", 10),
+        ],
+    )
+    .await;
+    let StoreOutcome::Admitted {
+        remaining,
+        binding,
+        resets_in,
+        shadow_denied: Some((shadowed, wait)),
+        ..
+    } = outcome
+    else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!((remaining, binding, shadowed), (0, Tier::User, Tier::User));
+    assert_eq!(resets_in, wait);
+    assert!(wait > Duration::ZERO);
+    assert_eq!(store.entries(Tier::Endpoint, "e1"), 2);
+    assert_eq!(store.tracked_keys(), 2);
+}
+
 #[tokio::test]
 async fn config_max_tracked_keys_reaches_the_default_store() {
     let clock = ManualClock::at(T0);

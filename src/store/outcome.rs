@@ -146,27 +146,40 @@ impl Answer {
         }
     }
 
-    /// This answer, an admission reporting `untracked` (a shadow tier and its wait, µs) as its
-    /// shadow denial unless it reports one already: a shadow tier whose new key the memory
-    /// store's cap left untracked.
+    /// This answer, an admission that the memory store's key cap left untracked in
+    /// `untracked`'s shadow tier (with the cap's wait, µs): that tier counts as a full shadow
+    /// tier does in the [algorithm](crate::algorithm). It is reported unless a tier before it
+    /// is (the first full shadow tier is), and binds unless a tier before it has nothing left
+    /// already (the first tier with the least capacity binds).
     #[inline(always)]
-    pub(crate) fn with_shadow_denied_if_none(self, untracked: Option<(Tier, u64)>) -> Self {
-        match (self, untracked) {
-            (
-                Self::Admitted {
-                    binding,
-                    resets_in_us,
-                    shadow_denied: None,
-                    ..
-                },
-                Some((tier, wait)),
-            ) => Self::Admitted {
-                remaining: 0,
+    pub(crate) fn with_untracked_shadow(self, untracked: Option<(Tier, u64)>) -> Self {
+        let (
+            Self::Admitted {
+                remaining,
                 binding,
                 resets_in_us,
-                shadow_denied: Some((tier, wait)),
+                shadow_denied,
             },
-            (answer, _) => answer,
+            Some((tier, wait)),
+        ) = (self, untracked)
+        else {
+            return self;
+        };
+        let before = |other: Tier| (other as usize) < (tier as usize);
+        let shadow_denied = match shadow_denied {
+            Some((first, first_wait)) if before(first) => Some((first, first_wait)),
+            _ => Some((tier, wait)),
+        };
+        let (binding, resets_in_us) = if remaining == 0 && before(binding) {
+            (binding, resets_in_us)
+        } else {
+            (tier, wait)
+        };
+        Self::Admitted {
+            remaining: 0,
+            binding,
+            resets_in_us,
+            shadow_denied,
         }
     }
 

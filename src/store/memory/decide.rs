@@ -10,7 +10,7 @@ use parking_lot::MutexGuard;
 
 use super::log::Log;
 use super::map::Locked;
-use super::TierLogs;
+use super::{CapReached, TierLogs};
 use crate::algorithm::{self, TierFacts, Verdict};
 use crate::store::{Answer, StoreRequest, TierCheck};
 use crate::tier::Tier;
@@ -82,8 +82,8 @@ fn decide_on(
     now: u64,
     window: u64,
     cost: u64,
-    admit: impl FnOnce(&mut [bool; 3]) -> Result<Option<(Tier, u64)>, Tier>,
-) -> Result<(Answer, [bool; 3]), Tier> {
+    admit: impl FnOnce(&mut [bool; 3]) -> Result<Option<(Tier, u64)>, CapReached>,
+) -> Result<(Answer, [bool; 3]), CapReached> {
     let cutoff = now.saturating_sub(window);
     let mut facts = [NO_FACTS; 3];
     for ((log, t), f) in logs.iter_mut().zip(tiers).zip(&mut facts) {
@@ -105,13 +105,14 @@ fn decide_on(
             log.record_at_least(now, cost);
         }
     }
-    Ok((outcome.with_shadow_denied_if_none(untracked), records))
+    Ok((outcome.with_untracked_shadow(untracked), records))
 }
 
 impl TierLogs {
-    /// Decides one request of `shape` under its tiers' locks. `Err(tier)`: the request would be
-    /// admitted but needs a new key (the first such is `tier`'s) while the key cap is reached;
-    /// nothing was recorded.
+    /// Decides one request of `shape` under its tiers' locks. `Err`: the request would be
+    /// admitted but needs a new key while the key cap is reached; nothing was recorded.
+    /// `may_sweep`: a key-cap sweep may still be asked for (else none is, and a tier in shadow
+    /// mode goes untracked at once).
     ///
     /// The locks are taken user, endpoint, global: the user and endpoint maps are distinct, so
     /// a held guard never shares a shard with the one taken next, and the sweep (the only other
@@ -124,7 +125,8 @@ impl TierLogs {
         shape: Shape,
         now: u64,
         window: u64,
-    ) -> Result<Answer, Tier> {
+        may_sweep: bool,
+    ) -> Result<Answer, CapReached> {
         let tiers = req.tiers;
         // Where each map tier sits in the request (the global tier is last).
         let (u, e) = (0, usize::from(shape.user));
@@ -138,7 +140,8 @@ impl TierLogs {
         let mut global = shape.global.then(|| self.global.lock());
         if matches!(user_log, Some(None)) || matches!(endpoint_log, Some(None)) {
             // A key not tracked yet: decided apart, under the same locks.
-            return self.decide_new(req, shape, (user, endpoint, global), now, window);
+            let held = (user, endpoint, global);
+            return self.decide_new(req, shape, held, now, window, may_sweep);
         }
         let mut logs: [Option<&mut Log>; 3] = [None, None, None];
         let mut n = 0;
@@ -166,7 +169,8 @@ impl TierLogs {
         (mut user, mut endpoint, mut global): Held<'_>,
         now: u64,
         window: u64,
-    ) -> Result<Answer, Tier> {
+        may_sweep: bool,
+    ) -> Result<Answer, CapReached> {
         let tiers = req.tiers;
         let (u, e) = (0, usize::from(shape.user));
         let (mut fresh_user, mut fresh_endpoint) = (Log::default(), Log::default());
@@ -194,10 +198,19 @@ impl TierLogs {
             if !user && !endpoint || self.try_reserve(usize::from(user) + usize::from(endpoint)) {
                 return Ok(None);
             }
-            // At the cap. A tier in shadow mode never denies: its new key is left untracked
-            // (the request is not counted in it; the next sweep may make room), and the
-            // answer reports the denial enforcing it would have given. An enforced tier's new
-            // key still needs room: it fails closed.
+            // At the cap. A sweep due first, as for any tier: it may make room, and it sets
+            // the wait the cap gives.
+            let first = if user { Tier::User } else { Tier::Endpoint };
+            if may_sweep && now >= self.cap_retry_at.load(Ordering::Acquire) {
+                return Err(CapReached {
+                    tier: first,
+                    sweep: true,
+                });
+            }
+            // A tier in shadow mode never denies: its new key is left untracked (the request
+            // is not counted in it), and the answer reports the denial enforcing it would have
+            // given, with the cap's wait. An enforced tier's new key still needs room: it
+            // fails closed.
             let mut untracked = None;
             if user && tiers[u].shadow {
                 (user, records[u], untracked) = (false, false, Some(Tier::User));
@@ -215,7 +228,10 @@ impl TierLogs {
                     let retry_at = self.cap_retry_at.load(Ordering::Acquire);
                     Ok(Some((tier, retry_at.saturating_sub(now).max(1))))
                 }
-                _ => Err(if user { Tier::User } else { Tier::Endpoint }),
+                _ => Err(CapReached {
+                    tier: if user { Tier::User } else { Tier::Endpoint },
+                    sweep: false,
+                }),
             }
         };
         let (outcome, records) = decide_on(&mut logs, tiers, now, window, req.cost, admit)?;

@@ -69,8 +69,9 @@ const SHARDS: usize = 64;
 ///   1 s), so a key idle for less than that may be reclaimed that much later. The store never
 ///   forgets a key that still holds live entries, so the cap can never make a tier admit more
 ///   than its limit: it fails closed, for new ids only, until room frees up. A tier in shadow
-///   mode never denies: its new key at the cap is not made (no sweep first), and the request
-///   goes through, not counted in that tier, reported as the tier's shadow denial.
+///   mode never denies: after the same sweep, if room is still short, its new key is not made,
+///   and the request goes through, not counted in that tier, reported as the denial enforcing
+///   the tier would have given.
 #[derive(Clone, Debug)]
 pub struct MemoryStore {
     inner: Arc<TierLogs>,
@@ -156,15 +157,15 @@ impl MemoryStore {
         }
         let mut may_sweep = true;
         loop {
-            match inner.decide(req, shape, now, window) {
+            match inner.decide(req, shape, now, window, may_sweep) {
                 Ok(outcome) => return Ok(outcome),
                 // An admitted request needs a new key at the cap, with a sweep due: sweep with
                 // no lock held (keys without a live entry go), then decide once more.
-                Err(_) if may_sweep && now >= inner.cap_retry_at.load(Ordering::Acquire) => {
+                Err(CapReached { sweep: true, .. }) => {
                     inner.sweep(now, window);
                     may_sweep = false;
                 }
-                Err(tier) => {
+                Err(CapReached { tier, .. }) => {
                     inner.warn_cap_reached(now, tier);
                     let retry_at = inner.cap_retry_at.load(Ordering::Acquire);
                     return Ok(Answer::Denied {
@@ -219,6 +220,15 @@ impl TierLogs {
              this is not a flood"
         );
     }
+}
+
+/// A request the memory store would admit needs a new key of `tier` while the key cap is
+/// reached; nothing was recorded. `sweep`: a sweep is due and allowed, and may make room (then
+/// the request is decided once more).
+#[derive(Clone, Copy, Debug)]
+struct CapReached {
+    tier: Tier,
+    sweep: bool,
 }
 
 /// At most one key-cap warning in this many microseconds (10 s).
