@@ -107,11 +107,7 @@ impl RateLimiterBuilder {
         ttl: Duration,
         resolve: impl Fn(&str) -> Option<String> + Send + Sync + 'static,
     ) -> Self {
-        self.plans = Some(PlanResolver {
-            resolve: Arc::new(resolve),
-            cache: dashmap::DashMap::default(),
-            ttl,
-        });
+        self.plans = Some(PlanResolver::new(Arc::new(resolve), ttl));
         self
     }
 

@@ -61,11 +61,7 @@ impl RateLimiter {
         let old = self.inner.live.load();
         store_settings_unchanged(&old.config, &config)?;
         // The same resolver, with an empty cache: the old one holds the old plans' limits.
-        let plans = old.plans.as_ref().map(|p| PlanResolver {
-            resolve: p.resolve.clone(),
-            cache: dashmap::DashMap::default(),
-            ttl: p.ttl,
-        });
+        let plans = old.plans.as_ref().map(PlanResolver::emptied);
         drop(old);
         self.inner.hot.publish(&config);
         self.inner.live.store(Arc::new(Live {
