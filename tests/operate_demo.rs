@@ -167,6 +167,22 @@ async fn reload_and_usage(redis: &str) {
     assert!(line.contains("new limiter"), "{line}");
     assert_eq!(user_usage(&client, &demo, Some("alice")).await, (5, 3, 2));
     assert_eq!(get(&client, &demo, "/health", None).await.0, 200);
+
+    // An empty file (one caught while it is rewritten) is refused: the running config stays
+    // (an outside audit: it switched every tier off, logged as INFO).
+    let line = demo.reload("\n  \n");
+    assert!(
+        line.contains("not reloaded") && line.contains("empty"),
+        "{line}"
+    );
+    assert_eq!(user_usage(&client, &demo, Some("alice")).await, (5, 3, 2));
+    // Every tier switched off on purpose: reloaded, with the warning the start gives.
+    let line = demo.reload(&limits(0, redis));
+    assert!(
+        line.contains("config reloaded") && line.contains("every tier is off"),
+        "{line}"
+    );
+    assert!(line.contains("WARN"), "{line}");
 }
 
 #[tokio::test]

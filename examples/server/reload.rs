@@ -78,8 +78,19 @@ fn changes(old: &RateLimitConfig, new: &RateLimitConfig) -> Vec<String> {
         .collect()
 }
 
-/// Reads `path` again and gives it to the limiter; a bad file keeps the running config.
+/// Reads `path` again and gives it to the limiter; a bad file keeps the running config. So does
+/// an empty one, which is most often a file caught while an editor or a deploy rewrites it: a
+/// config that switches every tier off must say so. A reload that leaves every tier off is
+/// logged as a warning, as at startup.
 fn reload(limiter: &RateLimiter, path: &std::path::Path) {
+    if std::fs::read_to_string(path).is_ok_and(|text| text.trim().is_empty()) {
+        tracing::error!(
+            "config not reloaded: the file is empty (caught while it was being written?); the \
+             running config stays. To switch every tier off, write user_limit = 0, \
+             endpoint_limit = 0 and global_limit = 0"
+        );
+        return;
+    }
     let new = match load(path) {
         Ok(new) => new,
         Err(error) => {
@@ -88,7 +99,13 @@ fn reload(limiter: &RateLimiter, path: &std::path::Path) {
         }
     };
     let changed = changes(&limiter.config(), &new);
+    let all_off = crate::every_tier_off(&new);
     match limiter.reconfigure(new) {
+        Ok(()) if all_off => tracing::warn!(
+            changed = %changed.join("; "),
+            "config reloaded, and every tier is off (user, endpoint and global limits are 0, \
+             and no route or plan sets one): every request is let through"
+        ),
         Ok(()) if changed.is_empty() => tracing::info!("config reloaded: nothing changed"),
         Ok(()) => tracing::info!(changed = %changed.join("; "), "config reloaded"),
         Err(error) => tracing::error!(
