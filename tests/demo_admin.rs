@@ -68,6 +68,26 @@ fn a_short_token_is_refused_at_start() {
     );
 }
 
+/// HTTP strips whitespace at the ends of a header's value, so a token with a trailing space
+/// could never be presented: every admin request would be a 401, with no word at start (an
+/// outside audit).
+#[test]
+fn a_token_no_request_can_present_is_refused_at_start() {
+    for token in [
+        "0123456789abcdef ",
+        " 0123456789abcdef",
+        "0123456789\u{7}abcdef",
+    ] {
+        let out = server_command()
+            .args(["--listen", "127.0.0.1:0", "--admin-token", token])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{token:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("whitespace"), "{token:?}: {stderr}");
+    }
+}
+
 #[tokio::test]
 async fn only_the_exact_token_opens_the_routes() {
     let demo = Demo::start(&["--user-limit", "5", "--admin-token", TOKEN]);

@@ -247,6 +247,18 @@ pub(crate) fn settings() -> (Cli, RateLimitConfig) {
             .error(ErrorKind::ValueValidation, message)
             .exit()
     }
+    if cli
+        .admin_token
+        .as_deref()
+        .is_some_and(|t| !tiered_ratelimit::admin::can_be_presented(t))
+    {
+        let message = "--admin-token must not begin or end with whitespace, nor hold a control \
+                       character: HTTP strips the one from a header and refuses the other, so \
+                       no request could present it";
+        Cli::command()
+            .error(ErrorKind::ValueValidation, message)
+            .exit()
+    }
     if let Some(all) = RateLimitLayer::trusts_every_client(&cli.trusted_proxies) {
         let message = format!(
             "--trusted-proxy: together the networks hold {all}, which trusts every client to \

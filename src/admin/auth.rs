@@ -16,25 +16,32 @@ use super::problem;
 #[derive(Clone)]
 pub(super) struct Secret {
     digest: [u8; 32],
-    empty: bool,
+    unusable: bool,
 }
 
 impl Secret {
     pub(super) fn new(token: &str) -> Self {
+        let unusable = !super::can_be_presented(token);
         if token.is_empty() {
             tracing::error!(
                 "admin::require_bearer was given an empty token: every admin request will be \
                  refused with a 401"
             );
+        } else if unusable {
+            tracing::error!(
+                "admin::require_bearer was given a token that begins or ends with whitespace or \
+                 holds a control character, which no request can present: every admin request \
+                 will be refused with a 401"
+            );
         }
         Self {
             digest: Sha256::digest(token.as_bytes()).into(),
-            empty: token.is_empty(),
+            unusable,
         }
     }
 
     /// Whether `candidate` is the secret: every byte of both digests is compared, whatever
-    /// differs. Never, for an empty secret.
+    /// differs. Never, for an empty secret or one no request can present.
     pub(super) fn matches(&self, candidate: &[u8]) -> bool {
         let other: [u8; 32] = Sha256::digest(candidate).into();
         let diff = self
@@ -42,7 +49,7 @@ impl Secret {
             .iter()
             .zip(other.iter())
             .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-        std::hint::black_box(diff) == 0 && !self.empty
+        std::hint::black_box(diff) == 0 && !self.unusable
     }
 }
 

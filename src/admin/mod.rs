@@ -79,12 +79,28 @@ pub fn router(limiter: RateLimiter) -> Router {
 /// scheme, a wrong token, a token that differs only in length) gets a `401` problem+json with
 /// `WWW-Authenticate: Bearer`. The token is compared in constant time (as SHA-256 digests, so
 /// neither the first differing byte nor the length shows in the time taken). An empty `token`
-/// matches nothing: every request is refused (and an error is logged here).
+/// matches nothing: every request is refused (and an error is logged here); so does a token
+/// no request can present (see [`can_be_presented`]).
 pub fn require_bearer(router: Router, token: impl AsRef<str>) -> Router {
     let secret = auth::Secret::new(token.as_ref());
     router.layer(axum::middleware::from_fn(move |request, next| {
         auth::require(secret.clone(), request, next)
     }))
+}
+
+/// Whether a request can present `token` in `Authorization: Bearer <token>`: not empty, no
+/// whitespace at either end (HTTP strips it from a header's value) and no control character
+/// (a header's value refuses them). A token that cannot be presented matches nothing, so its
+/// routes refuse every request: check it where the token is configured.
+///
+/// ```
+/// use tiered_ratelimit::admin::can_be_presented;
+/// assert!(can_be_presented("0123456789abcdef"));
+/// assert!(!can_be_presented("0123456789abcdef "));
+/// assert!(!can_be_presented("0123456789\tabcdef"));
+/// ```
+pub fn can_be_presented(token: &str) -> bool {
+    !token.is_empty() && token.trim() == token && !token.chars().any(char::is_control)
 }
 
 /// Who or what a request names: exactly one of the three.
