@@ -30,6 +30,7 @@ mod duration;
 pub(crate) mod error;
 pub(crate) mod hot;
 pub(crate) mod redis;
+pub(crate) mod template;
 mod validate;
 pub(crate) mod value;
 

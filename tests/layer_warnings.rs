@@ -216,3 +216,39 @@ async fn a_layer_outside_the_router_with_route_limits_warns_once() {
         "{text}"
     );
 }
+
+/// A route template axum 0.8 never names (0.7's `:id`, no leading `/`) is accepted, since a
+/// custom endpoint closure may name any string, but each is warned about where a limiter takes
+/// it, at build and at reconfigure; a template axum names is not (an outside audit: `/items/:id`
+/// with `user_limit = 1` was silently never applied).
+#[test]
+fn route_templates_axum_never_names_are_warned_about() {
+    use tiered_ratelimit::{RateLimiter, RouteLimits};
+    let (logs, _guard) = capture();
+    let one = RouteLimits {
+        user_limit: Some(1),
+        endpoint_limit: None,
+    };
+    let config = RateLimitConfig::builder()
+        .user_limit(2)
+        .route("/api/v1/items/:id", one)
+        .route("/api/v1/items/{id}", one)
+        .build()
+        .unwrap();
+    let limiter = RateLimiter::builder(config).build();
+    let text = text(&logs);
+    assert_eq!(text.matches("WARN").count(), 1, "{text}");
+    assert!(
+        text.contains("/api/v1/items/:id") && text.contains("{id}"),
+        "{text}"
+    );
+    let config = RateLimitConfig::builder()
+        .user_limit(2)
+        .route("api/v1/login", one)
+        .build()
+        .unwrap();
+    limiter.reconfigure(config).unwrap();
+    let text = logs.text();
+    assert_eq!(text.matches("WARN").count(), 2, "{text}");
+    assert!(text.contains("does not start with `/`"), "{text}");
+}

@@ -128,6 +128,7 @@ impl RateLimiterBuilder {
 
     /// Builds the limiter.
     pub fn build(self) -> RateLimiter {
+        crate::config::template::warn_never_matched(&self.config);
         let (store, memory) = match self.store {
             Some(store) => (store, self.memory),
             None => default_store(&self.config),

@@ -63,6 +63,7 @@ impl RateLimiter {
         // The same resolver, with an empty cache: the old one holds the old plans' limits.
         let plans = old.plans.as_ref().map(PlanResolver::emptied);
         drop(old);
+        crate::config::template::warn_never_matched(&config);
         self.inner.hot.publish(&config);
         self.inner.live.store(Arc::new(Live {
             config: Arc::new(config),
