@@ -88,19 +88,27 @@ pub fn require_bearer(router: Router, token: impl AsRef<str>) -> Router {
     }))
 }
 
-/// Whether a request can present `token` in `Authorization: Bearer <token>`: not empty, no
-/// whitespace at either end (HTTP strips it from a header's value) and no control character
-/// (a header's value refuses them). A token that cannot be presented matches nothing, so its
-/// routes refuse every request: check it where the token is configured.
+/// Whether a request can present `token` in `Authorization: Bearer <token>`, by HTTP's rules
+/// for a header's value: not empty, no space or tab at either end (HTTP strips them) and no
+/// control byte but tab (below 0x20, or 0x7f: a header's value refuses them). Any other byte
+/// goes, UTF-8 included. A token that cannot be presented matches nothing, so its routes
+/// refuse every request: check it where the token is configured.
 ///
 /// ```
 /// use tiered_ratelimit::admin::can_be_presented;
 /// assert!(can_be_presented("0123456789abcdef"));
+/// assert!(can_be_presented("0123456789\tabcdef\u{a0}"));
 /// assert!(!can_be_presented("0123456789abcdef "));
-/// assert!(!can_be_presented("0123456789\tabcdef"));
+/// assert!(!can_be_presented("\t0123456789abcdef"));
+/// assert!(!can_be_presented("0123456789\u{7}abcdef"));
 /// ```
 pub fn can_be_presented(token: &str) -> bool {
-    !token.is_empty() && token.trim() == token && !token.chars().any(char::is_control)
+    let ows = |b: &u8| *b == b' ' || *b == b'\t';
+    let bytes = token.as_bytes();
+    !bytes.is_empty()
+        && !bytes.first().is_some_and(ows)
+        && !bytes.last().is_some_and(ows)
+        && !bytes.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f)
 }
 
 /// Who or what a request names: exactly one of the three.
