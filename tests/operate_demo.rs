@@ -168,13 +168,16 @@ async fn reload_and_usage(redis: &str) {
     assert_eq!(user_usage(&client, &demo, Some("alice")).await, (5, 3, 2));
     assert_eq!(get(&client, &demo, "/health", None).await.0, 200);
 
-    // An empty file (one caught while it is rewritten) is refused: the running config stays
-    // (an outside audit: it switched every tier off, logged as INFO).
-    let line = demo.reload("\n  \n");
-    assert!(
-        line.contains("not reloaded") && line.contains("empty"),
-        "{line}"
-    );
+    // A file that sets nothing (one caught while it is rewritten: empty, or only its first
+    // comment) is refused: the running config stays (an outside audit: it switched every tier
+    // off, logged as INFO).
+    for nothing in ["\n  \n", "# rate limits for the API\n"] {
+        let line = demo.reload(nothing);
+        assert!(
+            line.contains("not reloaded") && line.contains("sets nothing"),
+            "{line}"
+        );
+    }
     assert_eq!(user_usage(&client, &demo, Some("alice")).await, (5, 3, 2));
     // Every tier switched off on purpose: reloaded, with the warning the start gives.
     let line = demo.reload(&limits(0, redis));

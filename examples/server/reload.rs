@@ -2,9 +2,19 @@
 
 use tiered_ratelimit::{RateLimitConfig, RateLimiter};
 
-/// The config in `path` (TOML, the serde form), or why not, naming the field at fault.
+/// The config in `path` (TOML, the serde form), or why not, naming the field at fault. A file
+/// that sets nothing (empty, or comments only) is refused: it is most often one caught while
+/// an editor or a deploy rewrites it, and it would switch every tier off. A config meant to do
+/// that says so.
 pub(crate) fn load(path: &std::path::Path) -> Result<RateLimitConfig, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if toml::from_str::<toml::Table>(&text).is_ok_and(|table| table.is_empty()) {
+        return Err(format!(
+            "{}: the file sets nothing (caught while it was being written?); to switch every \
+             tier off, write user_limit = 0, endpoint_limit = 0 and global_limit = 0",
+            path.display()
+        ));
+    }
     toml::from_str(&text).map_err(|e| {
         // Name the key of the line the error points into (the text before its `=`): the span
         // starts at a bad value, or at the start of an unknown or duplicate key's line. A key
@@ -78,19 +88,10 @@ fn changes(old: &RateLimitConfig, new: &RateLimitConfig) -> Vec<String> {
         .collect()
 }
 
-/// Reads `path` again and gives it to the limiter; a bad file keeps the running config. So does
-/// an empty one, which is most often a file caught while an editor or a deploy rewrites it: a
-/// config that switches every tier off must say so. A reload that leaves every tier off is
-/// logged as a warning, as at startup.
+/// Reads `path` again and gives it to the limiter; a bad file, or one that sets nothing (see
+/// [`load`]), keeps the running config. A reload that leaves every tier off is logged as a
+/// warning, as at startup.
 fn reload(limiter: &RateLimiter, path: &std::path::Path) {
-    if std::fs::read_to_string(path).is_ok_and(|text| text.trim().is_empty()) {
-        tracing::error!(
-            "config not reloaded: the file is empty (caught while it was being written?); the \
-             running config stays. To switch every tier off, write user_limit = 0, \
-             endpoint_limit = 0 and global_limit = 0"
-        );
-        return;
-    }
     let new = match load(path) {
         Ok(new) => new,
         Err(error) => {
