@@ -1,43 +1,60 @@
 //! Route templates in a configuration that axum's `MatchedPath` can never name.
 //!
-//! axum 0.8 refuses a route that does not start with `/`, and a segment that starts with `:` or
-//! `*` (0.7's parameters: 0.8 writes `{id}` and `{*rest}`), so the layer's default endpoint,
-//! the matched route's template, is never one of these. A configuration naming one is still
-//! accepted (a custom endpoint closure may name any string), and is warned about where a
-//! limiter takes it.
+//! axum 0.8 refuses a route that does not start with `/`, one its router (matchit 0.8) cannot
+//! parse (an unclosed `{`, a wildcard before the end, ...), and, unless the router is built
+//! `without_v07_checks()`, a segment that starts with `:` or `*` (0.7's parameters: 0.8 writes
+//! `{id}` and `{*rest}`). So the layer's default endpoint, the matched route's template, is
+//! never one of these. A configuration naming one is still accepted (a custom endpoint closure
+//! may name any string), and is warned about where a limiter takes it.
 
 use super::RateLimitConfig;
 
-/// Why axum's `MatchedPath` never names `template`, if it never does.
-pub(crate) fn never_matched(template: &str) -> Option<&'static str> {
+/// Why axum's `MatchedPath` never names `template` (or, for 0.7's syntax, names it only under
+/// a router built `without_v07_checks()`), if so.
+#[cfg(feature = "axum")]
+pub(crate) fn never_matched(template: &str) -> Option<String> {
     if !template.starts_with('/') {
-        return Some("it does not start with `/`");
+        return Some("axum refuses a route that does not start with `/`".to_owned());
+    }
+    if let Err(error) = matchit::Router::new().insert(template, ()) {
+        return Some(format!("axum's router refuses it: {error}"));
     }
     template
         .split('/')
         .any(|segment| segment.starts_with([':', '*']))
-        .then_some("axum 0.8 writes a parameter as `{id}` (and a wildcard as `{*rest}`), not `:id`")
+        .then(|| {
+            "axum 0.8 writes a parameter as `{id}` and a wildcard as `{*rest}`; it takes a \
+             segment starting with `:` or `*` only from a router built `without_v07_checks()`, \
+             and then matches it literally"
+                .to_owned()
+        })
 }
 
 /// Logs a warning for each route of `config` that axum's `MatchedPath` never names: its limits
-/// would never apply to a request counted under the matched route's template.
+/// would never apply to a request counted under the matched route's template. Once for each
+/// limiter built and each reconfiguration, never per request.
 pub(crate) fn warn_never_matched(config: &RateLimitConfig) {
+    #[cfg(feature = "axum")]
     for (template, _) in config.routes() {
         if let Some(why) = never_matched(template) {
             tracing::warn!(
                 route = template,
-                "routes.\"{template}\": no route of axum names this template ({why}), so its \
-                 limits never apply under the layer's default endpoint (the matched route's \
-                 template); ignore this if your own endpoint closure names it"
+                "routes.\"{template}\": {why}. Under the layer's default endpoint (the matched \
+                 route's template) its limits may never apply; ignore this if your own endpoint \
+                 closure names it"
             );
         }
     }
+    #[cfg(not(feature = "axum"))]
+    let _ = config;
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "axum"))]
 mod tests {
     use super::*;
 
+    /// As axum 0.8.9 takes routes: each of these panics in `Router::route` (checked by a
+    /// review with `catch_unwind`), or is taken only `without_v07_checks()`.
     #[test]
     fn templates_axum_never_names() {
         for template in [
@@ -46,6 +63,12 @@ mod tests {
             " ",
             "/files/*path",
             "login",
+            "/files/{*rest}/more",
+            "/x/{id",
+            "/{}",
+            "/a/}",
+            "/{a}{b}",
+            "/a/{*}",
         ] {
             assert!(never_matched(template).is_some(), "{template}");
         }
@@ -55,8 +78,19 @@ mod tests {
             "/files/{*path}",
             "/v1/items:batchGet",
             "/helloworld.Greeter/SayHello",
+            "/a/{{literal}}",
         ] {
             assert_eq!(never_matched(template), None, "{template}");
+        }
+        let v07 = never_matched("/items/:id").unwrap();
+        assert!(v07.contains("without_v07_checks"), "{v07}");
+    }
+
+    /// Each template the test above says axum takes, axum takes.
+    #[test]
+    fn what_is_not_warned_about_axum_routes() {
+        for template in ["/", "/api/v1/items/{id}", "/files/{*path}", "/v1/items:batchGet"] {
+            let _ = axum::Router::<()>::new().route(template, axum::routing::get(|| async {}));
         }
     }
 }
