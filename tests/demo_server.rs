@@ -188,27 +188,6 @@ fn tls_flags_are_checked_with_the_other_settings() {
     assert!(err.contains("redis.global_shards"), "{err}");
 }
 
-/// A config file that sets nothing (empty, or comments only: one caught while it is rewritten)
-/// is refused at start as on SIGHUP (a review: it started with every tier off and a warning,
-/// while the same file was refused on reload).
-#[test]
-fn a_config_file_that_sets_nothing_is_refused_at_start() {
-    let dir = common::temp_dir("nothing");
-    let file = dir.join("nothing.toml");
-    for nothing in ["", "# rate limits for the API\n"] {
-        std::fs::write(&file, nothing).unwrap();
-        let out = server_command()
-            .args(["--listen", "127.0.0.1:0", "--config"])
-            .arg(&file)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{err}");
-        assert!(err.contains("sets nothing"), "{err}");
-        assert!(out.stdout.is_empty(), "it never listened");
-    }
-}
-
 /// With `--config`, the Redis flags are refused and the file says where Redis is; an outside
 /// review gave `--redis URL --redis-required` with a file that names no Redis, and the demo
 /// served on memory: each instance with limits of its own, what the flag exists to prevent.
@@ -677,6 +656,15 @@ fn a_bad_config_file_names_the_key_on_the_line_at_fault() {
             "[routes",
         ),
         ("\"user=limit\" = 5\n", "\"user=limit\":", "\"user:"),
+        // A file that sets nothing (empty, or comments only: one caught while it is
+        // rewritten) is refused at start as on SIGHUP (a review: it started with every tier
+        // off and a warning, while the same file was refused on reload).
+        ("", "sets nothing", "every tier is off"),
+        (
+            "# rate limits for the API\n",
+            "sets nothing",
+            "every tier is off",
+        ),
         // A key inside a table is named with its table (an outside audit was told
         // `user_limit` for a route's, `command_tmeout` for Redis's).
         (

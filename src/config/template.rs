@@ -89,7 +89,12 @@ mod tests {
     /// Each template the test above says axum takes, axum takes.
     #[test]
     fn what_is_not_warned_about_axum_routes() {
-        for template in ["/", "/api/v1/items/{id}", "/files/{*path}", "/v1/items:batchGet"] {
+        for template in [
+            "/",
+            "/api/v1/items/{id}",
+            "/files/{*path}",
+            "/v1/items:batchGet",
+        ] {
             let _ = axum::Router::<()>::new().route(template, axum::routing::get(|| async {}));
         }
     }
