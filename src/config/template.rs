@@ -16,8 +16,20 @@ pub(crate) fn never_matched(template: &str) -> Option<String> {
     if !template.starts_with('/') {
         return Some("axum refuses a route that does not start with `/`".to_owned());
     }
-    if let Err(error) = matchit::Router::new().insert(template, ()) {
-        return Some(format!("axum's router refuses it: {error}"));
+    if parameters(template) > MAX_PARAMETERS {
+        return Some(format!(
+            "axum's router refuses a route of more than {MAX_PARAMETERS} parameters"
+        ));
+    }
+    // matchit parses a run of `{{` in quadratic time: a template longer than any route is
+    // not given to it (a config file is the operator's, but a slow start is no answer).
+    if template.len() <= MAX_PARSED_LEN {
+        let parsed = std::panic::catch_unwind(|| matchit::Router::new().insert(template, ()));
+        match parsed {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => return Some(format!("axum's router refuses it: {error}")),
+            Err(_) => return Some("axum's router cannot take it (its parser panics)".to_owned()),
+        }
     }
     template
         .split('/')
@@ -28,6 +40,32 @@ pub(crate) fn never_matched(template: &str) -> Option<String> {
              and then matches it literally"
                 .to_owned()
         })
+}
+
+/// The most parameters matchit 0.8 takes in one route: it panics ("Too many route
+/// parameters") past them.
+#[cfg(feature = "axum")]
+const MAX_PARAMETERS: usize = 25;
+
+/// Templates longer than this (bytes) are not given to matchit's parser.
+#[cfg(feature = "axum")]
+const MAX_PARSED_LEN: usize = 8 * 1024;
+
+/// The parameters of `template` as matchit counts them: each `{` but an escaped `{{`.
+#[cfg(feature = "axum")]
+fn parameters(template: &str) -> usize {
+    let mut count = 0;
+    let mut bytes = template.bytes().peekable();
+    while let Some(b) = bytes.next() {
+        if b == b'{' {
+            if bytes.peek() == Some(&b'{') {
+                bytes.next();
+            } else {
+                count += 1;
+            }
+        }
+    }
+    count
 }
 
 /// Logs a warning for each route of `config` that axum's `MatchedPath` never names: its limits
@@ -84,6 +122,20 @@ mod tests {
         }
         let v07 = never_matched("/items/:id").unwrap();
         assert!(v07.contains("without_v07_checks"), "{v07}");
+    }
+
+    /// matchit panics past 25 parameters, and parses a run of `{{` in quadratic time: neither
+    /// may take a limiter down or hold its start (a review: 26 parameters panicked `build`).
+    #[test]
+    fn a_hostile_template_is_warned_about_without_a_panic_or_a_long_parse() {
+        let route = |n: usize| (0..n).map(|i| format!("/{{p{i}}}")).collect::<String>();
+        assert_eq!(never_matched(&route(25)), None);
+        let many = never_matched(&route(26)).unwrap();
+        assert!(many.contains("more than 25 parameters"), "{many}");
+        assert_eq!(parameters("/a/{{b}}/{c}"), 1);
+        let started = std::time::Instant::now();
+        let _ = never_matched(&format!("/{}", "{{".repeat(1 << 20)));
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
     }
 
     /// Each template the test above says axum takes, axum takes.
