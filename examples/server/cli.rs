@@ -252,9 +252,9 @@ pub(crate) fn settings() -> (Cli, RateLimitConfig) {
         .as_deref()
         .is_some_and(|t| !tiered_ratelimit::admin::can_be_presented(t))
     {
-        let message = "--admin-token must not begin or end with whitespace (a space or a tab), \
-                       nor hold a control byte: HTTP strips the one from a header and refuses \
-                       the other, so no request could present it";
+        let message = "--admin-token must not end with whitespace (a space or a tab), nor hold \
+                       a control byte: HTTP strips the one from a header and refuses the other, \
+                       so no request could present it";
         Cli::command()
             .error(ErrorKind::ValueValidation, message)
             .exit()

@@ -29,9 +29,9 @@ impl Secret {
             );
         } else if unusable {
             tracing::error!(
-                "admin::require_bearer was given a token that begins or ends with a space or a \
-                 tab, or holds a control byte, which no request can present: every admin \
-                 request will be refused with a 401"
+                "admin::require_bearer was given a token that ends with a space or a tab, or \
+                 holds a control byte, which no request can present: every admin request will \
+                 be refused with a 401"
             );
         }
         Self {

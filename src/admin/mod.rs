@@ -89,25 +89,25 @@ pub fn require_bearer(router: Router, token: impl AsRef<str>) -> Router {
 }
 
 /// Whether a request can present `token` in `Authorization: Bearer <token>`, by HTTP's rules
-/// for a header's value: not empty, no space or tab at either end (HTTP strips them) and no
-/// control byte but tab (below 0x20, or 0x7f: a header's value refuses them). Any other byte
-/// goes, UTF-8 included. A token that cannot be presented matches nothing, so its routes
-/// refuse every request: check it where the token is configured.
+/// for a header's value: not empty, no space or tab at its end (HTTP strips them from the end
+/// of the value; at the start they follow `Bearer ` and arrive) and no control byte but tab
+/// (below 0x20, or 0x7f: a header's value refuses them). Any other byte goes, UTF-8 included.
+/// A token that cannot be presented matches nothing, so its routes refuse every request:
+/// check it where the token is configured.
 ///
 /// ```
 /// use tiered_ratelimit::admin::can_be_presented;
 /// assert!(can_be_presented("0123456789abcdef"));
 /// assert!(can_be_presented("0123456789\tabcdef\u{a0}"));
+/// assert!(can_be_presented(" 0123456789abcdef"));
 /// assert!(!can_be_presented("0123456789abcdef "));
-/// assert!(!can_be_presented("\t0123456789abcdef"));
+/// assert!(!can_be_presented("0123456789abcdef\t"));
 /// assert!(!can_be_presented("0123456789\u{7}abcdef"));
 /// ```
 pub fn can_be_presented(token: &str) -> bool {
-    let ows = |b: &u8| *b == b' ' || *b == b'\t';
     let bytes = token.as_bytes();
     !bytes.is_empty()
-        && !bytes.first().is_some_and(ows)
-        && !bytes.last().is_some_and(ows)
+        && !bytes.last().is_some_and(|b| *b == b' ' || *b == b'\t')
         && !bytes.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f)
 }
 
