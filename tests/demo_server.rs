@@ -665,6 +665,11 @@ fn a_bad_config_file_names_the_key_on_the_line_at_fault() {
             "sets nothing",
             "every tier is off",
         ),
+        (
+            "# rate limits for the API\n[routes.\"/api/items/{id}\"]\n",
+            "sets nothing",
+            "every tier is off",
+        ),
         // A key inside a table is named with its table (an outside audit was told
         // `user_limit` for a route's, `command_tmeout` for Redis's).
         (
@@ -734,4 +739,26 @@ fn a_demo_with_every_tier_off_says_so_at_start() {
     );
     let err = start(&["--user-limit", "5"]);
     assert!(!err.contains("every tier is off"), "{err}");
+    // A route or a plan whose limits are all 0 sets none (a review: an empty route's table
+    // counted as one that sets a limit, and the warning was not given).
+    let dir = common::temp_dir("alloff");
+    let file = dir.join("off.toml");
+    std::fs::write(
+        &file,
+        "user_limit = 0\n[routes.\"/x\"]\nendpoint_limit = 0\n[plans.free]\nuser_limit = 0\n",
+    )
+    .unwrap();
+    let err = start(&["--config", file.to_str().unwrap()]);
+    assert!(
+        err.contains("WARN") && err.contains("every tier is off"),
+        "{err}"
+    );
+    std::fs::write(
+        &file,
+        "user_limit = 0\n[routes.\"/x\"]\nendpoint_limit = 3\n",
+    )
+    .unwrap();
+    let err = start(&["--config", file.to_str().unwrap()]);
+    assert!(!err.contains("every tier is off"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
 }

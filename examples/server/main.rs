@@ -147,11 +147,16 @@ async fn main() -> ExitCode {
 /// Whether no tier can ever apply: every limit 0, and no route or plan with limits of its own.
 fn every_tier_off(config: &RateLimitConfig) -> bool {
     let json = serde_json::json!(config);
-    let none_in = |key: &str| {
-        json.get(key)
-            .and_then(|v| v.as_object())
-            .is_none_or(|o| o.is_empty())
-    };
+    // A route or a plan sets a limit only with a number above 0 (`[routes."/x"]` with no
+    // limit, or a limit of 0, sets none).
+    fn any_limit(value: &serde_json::Value) -> bool {
+        match value {
+            serde_json::Value::Number(n) => n.as_u64().is_some_and(|n| n > 0),
+            serde_json::Value::Object(o) => o.values().any(any_limit),
+            _ => false,
+        }
+    }
+    let none_in = |key: &str| !json.get(key).is_some_and(any_limit);
     config.user_limit() == 0
         && config.endpoint_limit() == 0
         && config.global_limit() == 0

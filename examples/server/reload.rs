@@ -3,12 +3,20 @@
 use tiered_ratelimit::{RateLimitConfig, RateLimiter};
 
 /// The config in `path` (TOML, the serde form), or why not, naming the field at fault. A file
-/// that sets nothing (empty, or comments only) is refused: it is most often one caught while
+/// that sets nothing (empty, comments only, or tables with nothing in them) is refused: it is most often one caught while
 /// an editor or a deploy rewrites it, and it would switch every tier off. A config meant to do
 /// that says so.
 pub(crate) fn load(path: &std::path::Path) -> Result<RateLimitConfig, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if toml::from_str::<toml::Table>(&text).is_ok_and(|table| table.is_empty()) {
+    // Tables hold settings; one with no value anywhere in it (`[routes]`, or a route's header
+    // with nothing under it yet) sets nothing.
+    fn sets_something(value: &toml::Value) -> bool {
+        match value {
+            toml::Value::Table(table) => table.values().any(sets_something),
+            _ => true,
+        }
+    }
+    if toml::from_str::<toml::Table>(&text).is_ok_and(|t| !t.values().any(sets_something)) {
         return Err(format!(
             "{}: the file sets nothing (caught while it was being written?); to switch every \
              tier off, write user_limit = 0, endpoint_limit = 0 and global_limit = 0",
