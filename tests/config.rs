@@ -129,6 +129,73 @@ fn limits_above_2_pow_50_are_refused_naming_the_field() {
     }
 }
 
+/// A route's or a plan's limit over the maximum names which route or plan in its message
+/// (quoted, so that no template can forge another line).
+#[test]
+fn a_route_or_plan_limit_above_2_pow_50_names_the_route_or_plan() {
+    use tiered_ratelimit::RouteLimits;
+    let value = MAX_LIMIT + 1;
+    let e = err(RateLimitConfig::builder()
+        .route(
+            "/a",
+            RouteLimits {
+                user_limit: Some(3),
+                endpoint_limit: None,
+            },
+        )
+        .route(
+            "/items/{id}",
+            RouteLimits {
+                user_limit: None,
+                endpoint_limit: Some(value),
+            },
+        ));
+    assert_eq!(
+        e,
+        ConfigError::RouteLimitTooLarge {
+            route: "/items/{id}".to_owned(),
+            field: "endpoint_limit",
+            value,
+        }
+    );
+    assert_eq!(e.field(), "routes.endpoint_limit");
+    assert!(
+        e.to_string().starts_with(
+            "routes.endpoint_limit (route \"/items/{id}\"): 1125899906842625 is above"
+        ),
+        "{e}"
+    );
+    let e = err(RateLimitConfig::builder().route(
+        "/x\n",
+        RouteLimits {
+            user_limit: Some(value),
+            endpoint_limit: None,
+        },
+    ));
+    assert_eq!(e.field(), "routes.user_limit");
+    assert!(
+        e.to_string()
+            .starts_with("routes.user_limit (route \"/x\\n\"): "),
+        "{e}"
+    );
+    let e = err(RateLimitConfig::builder()
+        .plan("free", 5)
+        .plan("pro", u64::MAX));
+    assert_eq!(
+        e,
+        ConfigError::PlanLimitTooLarge {
+            plan: "pro".to_owned(),
+            value: u64::MAX,
+        }
+    );
+    assert_eq!(e.field(), "plans.user_limit");
+    assert!(
+        e.to_string()
+            .starts_with("plans.user_limit (plan \"pro\"): 18446744073709551615 is above"),
+        "{e}"
+    );
+}
+
 #[test]
 fn bad_key_prefixes_are_refused() {
     for bad in [

@@ -12,11 +12,35 @@ pub enum ConfigError {
     /// The window is longer than [`MAX_WINDOW`](super::MAX_WINDOW).
     #[error("window: {0:?} is longer than the maximum of 100 years (timestamps would overflow)")]
     WindowTooLarge(Duration),
-    /// A limit is above [`MAX_LIMIT`](super::MAX_LIMIT).
+    /// A default limit is above [`MAX_LIMIT`](super::MAX_LIMIT).
     #[error("{field}: {value} is above the maximum of 2^50 (1125899906842624)")]
     LimitTooLarge {
         /// `user_limit`, `endpoint_limit` or `global_limit`.
         field: &'static str,
+        /// The value given.
+        value: u64,
+    },
+    /// A route override's limit is above [`MAX_LIMIT`](super::MAX_LIMIT). The message names
+    /// the route, quoted: `routes.user_limit (route "/items/{id}"): ...`.
+    #[error(
+        "routes.{field} (route {route:?}): {value} is above the maximum of 2^50 (1125899906842624)"
+    )]
+    RouteLimitTooLarge {
+        /// The route's template.
+        route: String,
+        /// `user_limit` or `endpoint_limit`.
+        field: &'static str,
+        /// The value given.
+        value: u64,
+    },
+    /// A plan's user limit is above [`MAX_LIMIT`](super::MAX_LIMIT). The message names the
+    /// plan, quoted: `plans.user_limit (plan "pro"): ...`.
+    #[error(
+        "plans.user_limit (plan {plan:?}): {value} is above the maximum of 2^50 (1125899906842624)"
+    )]
+    PlanLimitTooLarge {
+        /// The plan's name.
+        plan: String,
         /// The value given.
         value: u64,
     },
@@ -101,8 +125,16 @@ pub enum ConfigError {
 
 impl ConfigError {
     /// The name of the field at fault, as in the serde form (`window`, `user_limit`, `redis.url`, ...).
+    /// For a route's or a plan's limit, the field within any route or plan
+    /// (`routes.user_limit`, `plans.user_limit`); the error's message and its `route` or
+    /// `plan` name which one.
     pub fn field(&self) -> &'static str {
         match self {
+            Self::RouteLimitTooLarge { field, .. } => match *field {
+                "endpoint_limit" => "routes.endpoint_limit",
+                _ => "routes.user_limit",
+            },
+            Self::PlanLimitTooLarge { .. } => "plans.user_limit",
             Self::ZeroWindow | Self::WindowTooLarge(_) => "window",
             Self::LimitTooLarge { field, .. } | Self::ShardsOutOfRange { field, .. } => field,
             Self::InvalidKeyPrefix(_) => "key_prefix",

@@ -92,6 +92,47 @@ pub struct RedisConfig {
     pub global_shards: u32,
 }
 
+impl RedisConfig {
+    /// The first setting (its path in a config file, `redis.command_timeout`, ...) that differs
+    /// between `self` and `other`; `None` when none does.
+    pub(crate) fn first_difference(&self, other: &Self) -> Option<&'static str> {
+        // Every field named, so that a new one cannot be forgotten here.
+        let Self {
+            url,
+            command_timeout,
+            connect_timeout,
+            tls_ca_file,
+            tls_cert_file,
+            tls_key_file,
+            time_source,
+            cluster,
+            recovery,
+            global_shards,
+        } = self;
+        [
+            ("redis.url", *url == other.url),
+            (
+                "redis.command_timeout",
+                *command_timeout == other.command_timeout,
+            ),
+            (
+                "redis.connect_timeout",
+                *connect_timeout == other.connect_timeout,
+            ),
+            ("redis.tls_ca_file", *tls_ca_file == other.tls_ca_file),
+            ("redis.tls_cert_file", *tls_cert_file == other.tls_cert_file),
+            ("redis.tls_key_file", *tls_key_file == other.tls_key_file),
+            ("redis.time_source", *time_source == other.time_source),
+            ("redis.cluster", *cluster == other.cluster),
+            ("redis.recovery", *recovery == other.recovery),
+            ("redis.global_shards", *global_shards == other.global_shards),
+        ]
+        .into_iter()
+        .find(|&(_, same)| !same)
+        .map(|(field, _)| field)
+    }
+}
+
 fn is_one(n: &u32) -> bool {
     *n == 1
 }
@@ -145,5 +186,44 @@ impl fmt::Display for TimeSource {
             Self::App => "app",
             Self::Redis => "redis",
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each setting that differs is named by its own path, the first in the struct's order.
+    #[test]
+    fn the_first_setting_that_differs_is_named() {
+        let base = RedisConfig {
+            url: "redis://127.0.0.1:1".to_owned(),
+            ..RedisConfig::default()
+        };
+        assert_eq!(base.first_difference(&base.clone()), None);
+        let changed: [(&str, fn(&mut RedisConfig)); 10] = [
+            ("redis.url", |c| c.url.push('0')),
+            ("redis.command_timeout", |c| c.command_timeout *= 2),
+            ("redis.connect_timeout", |c| c.connect_timeout *= 2),
+            ("redis.tls_ca_file", |c| c.tls_ca_file = Some("ca".into())),
+            ("redis.tls_cert_file", |c| {
+                c.tls_cert_file = Some("c".into())
+            }),
+            ("redis.tls_key_file", |c| c.tls_key_file = Some("k".into())),
+            ("redis.time_source", |c| c.time_source = TimeSource::App),
+            ("redis.cluster", |c| c.cluster = true),
+            ("redis.recovery", |c| c.recovery = Some(Recovery::default())),
+            ("redis.global_shards", |c| c.global_shards = 2),
+        ];
+        for (field, change) in changed {
+            let mut other = base.clone();
+            change(&mut other);
+            assert_eq!(base.first_difference(&other), Some(field));
+            assert_eq!(other.first_difference(&base), Some(field));
+        }
+        let mut both = base.clone();
+        both.global_shards = 3;
+        both.command_timeout *= 3;
+        assert_eq!(base.first_difference(&both), Some("redis.command_timeout"));
     }
 }

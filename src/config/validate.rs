@@ -42,23 +42,25 @@ fn validate_limits(raw: &RawConfig) -> Result<(), ConfigError> {
     if raw.routes.contains_key("") {
         return Err(ConfigError::EmptyRoute);
     }
-    for limits in raw.routes.values() {
+    for (route, limits) in &raw.routes {
         for (field, value) in [
-            ("routes.user_limit", limits.user_limit),
-            ("routes.endpoint_limit", limits.endpoint_limit),
+            ("user_limit", limits.user_limit),
+            ("endpoint_limit", limits.endpoint_limit),
         ] {
             if let Some(value) = value.filter(|&v| v > MAX_LIMIT) {
-                return Err(ConfigError::LimitTooLarge { field, value });
+                return Err(ConfigError::RouteLimitTooLarge {
+                    route: route.clone(),
+                    field,
+                    value,
+                });
             }
         }
     }
-    for plan in raw.plans.values() {
-        if plan.user_limit > MAX_LIMIT {
-            return Err(ConfigError::LimitTooLarge {
-                field: "plans.user_limit",
-                value: plan.user_limit,
-            });
-        }
+    if let Some((plan, limits)) = raw.plans.iter().find(|(_, p)| p.user_limit > MAX_LIMIT) {
+        return Err(ConfigError::PlanLimitTooLarge {
+            plan: plan.clone(),
+            value: limits.user_limit,
+        });
     }
     if let Some((user, plan)) = raw.users.iter().find(|(_, p)| !raw.plans.contains_key(*p)) {
         return Err(ConfigError::UnknownPlan {

@@ -78,11 +78,12 @@ fn store_settings_unchanged(
     old: &RateLimitConfig,
     new: &RateLimitConfig,
 ) -> Result<(), ConfigError> {
-    if old.redis() != new.redis() {
-        let field = match (old.redis(), new.redis()) {
-            (Some(a), Some(b)) if a.url == b.url => "redis",
-            _ => "redis.url",
-        };
+    let redis = match (old.redis(), new.redis()) {
+        (Some(a), Some(b)) => a.first_difference(b),
+        (None, None) => None,
+        _ => Some("redis.url"),
+    };
+    if let Some(field) = redis {
         return Err(ConfigError::NeedsNewLimiter(field));
     }
     if old.key_prefix() != new.key_prefix() {

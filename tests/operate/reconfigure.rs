@@ -213,8 +213,13 @@ pub async fn store_settings_need_a_new_limiter(b: TestBackend) {
         "max_tracked_keys"
     );
     if !matches!(b, TestBackend::Memory) {
-        let slower = limits(9, 0, 0, MINUTE).redis_connect_timeout(Duration::from_secs(7));
-        assert_eq!(refused(slower), "redis");
+        // Each Redis setting is named, not only `redis` (the test's config sets the timeouts
+        // and the time source itself).
+        let sharded = limits(9, 0, 0, MINUTE).redis_global_shards(2);
+        assert_eq!(refused(sharded), "redis.global_shards");
+        let recovering =
+            limits(9, 0, 0, MINUTE).redis_recovery(Duration::from_secs(1), Duration::from_secs(2));
+        assert_eq!(refused(recovering), "redis.recovery");
     }
     assert_eq!(limiter.config().user_limit(), 3);
     assert_eq!(
