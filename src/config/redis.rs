@@ -201,7 +201,8 @@ mod tests {
             ..RedisConfig::default()
         };
         assert_eq!(base.first_difference(&base.clone()), None);
-        let changed: [(&str, fn(&mut RedisConfig)); 10] = [
+        type Change = fn(&mut RedisConfig);
+        let changed: [(&str, Change); 10] = [
             ("redis.url", |c| c.url.push('0')),
             ("redis.command_timeout", |c| c.command_timeout *= 2),
             ("redis.connect_timeout", |c| c.connect_timeout *= 2),
