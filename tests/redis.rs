@@ -114,32 +114,39 @@ async fn two_limiters_share_every_tier_exactly() {
 /// docs/REDIS.md, "Batches": under a steady load the two batches on their way carry the
 /// checks in halves. 16 callers, each checking again as soon as it is answered, send one
 /// EVALSHA for about 8 checks; sending each batch as soon as its first check came would keep
-/// thirds going round, about 5 checks each.
+/// thirds going round, about 5 checks each. A build running on the other core can hold this
+/// process back mid-round and break the halves up for a while, so up to three rounds are run
+/// and one must show halves (a build that sends thirds shows them in none).
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn a_steady_load_goes_to_redis_in_two_halves() {
     let server = RedisServer::start();
     let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
     let limiter = connected(redis_config(&server, 1 << 30, 1 << 30, 1 << 30), &clock).await;
     let (callers, each) = (16, 300);
-    let before = server.command_calls("evalsha");
-    let tasks: Vec<_> = (0..callers)
-        .map(|u| {
-            let limiter = limiter.clone();
-            tokio::spawn(async move {
-                for _ in 0..each {
-                    assert!(limiter.check(&format!("user-{u}"), "/e").await.allowed());
-                }
+    let (mut rounds, mut best) = (Vec::new(), 0.0_f64);
+    while rounds.len() < 3 && best < 7.0 {
+        let before = server.command_calls("evalsha");
+        let tasks: Vec<_> = (0..callers)
+            .map(|u| {
+                let limiter = limiter.clone();
+                tokio::spawn(async move {
+                    for _ in 0..each {
+                        assert!(limiter.check(&format!("user-{u}"), "/e").await.allowed());
+                    }
+                })
             })
-        })
-        .collect();
-    for task in tasks {
-        task.await.unwrap();
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let evalsha = server.command_calls("evalsha") - before;
+        let per_call = (callers * each) as f64 / evalsha as f64;
+        rounds.push(format!("{evalsha} EVALSHA, {per_call:.1} a call"));
+        best = best.max(per_call);
     }
-    let evalsha = server.command_calls("evalsha") - before;
-    let per_call = (callers * each) as f64 / evalsha as f64;
     assert!(
-        per_call >= 7.0,
-        "{evalsha} EVALSHA for {} checks: {per_call:.1} a call, not halves of 16",
+        best >= 7.0,
+        "{} checks a round: {rounds:?}, not halves of 16",
         callers * each
     );
     assert_eq!(limiter.backend(), Backend::Redis);
