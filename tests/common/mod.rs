@@ -7,6 +7,8 @@ use std::time::Duration;
 
 mod cluster;
 pub mod demo;
+#[cfg(feature = "axum")]
+pub mod http;
 pub mod logs;
 pub mod rng;
 #[cfg(feature = "redis")]
