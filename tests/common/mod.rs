@@ -10,6 +10,7 @@ pub mod demo;
 #[cfg(feature = "axum")]
 pub mod http;
 pub mod logs;
+pub mod memory;
 pub mod rng;
 #[cfg(feature = "redis")]
 pub mod script;
