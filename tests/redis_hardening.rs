@@ -189,6 +189,90 @@ async fn a_cached_denial_says_what_redis_would_say_at_every_moment() {
     assert_eq!(server.command_calls("evalsha") - calls, 1, "one round trip");
 }
 
+/// On Redis's clock (the default) the limiter's clock says nothing of when Redis frees a slot:
+/// a manual clock standing still, or a system clock stepped back by an hour, once kept a cached
+/// denial for as long as that clock took to reach the remembered end (an outside audit: an
+/// hour's `Retry-After` while every other instance admitted). The cache is timed by the store's
+/// own monotonic clock: the denial ends when Redis's window does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_time_a_cached_denial_ends_with_the_window_whatever_the_limiters_clock() {
+    let server = RedisServer::start();
+    let window = Duration::from_millis(800);
+    let still = ManualClock::at(T0);
+    let a = connected(
+        on(&server, limits(1, 0, 0, window), TimeSource::Redis),
+        &still,
+    )
+    .await;
+    assert!(a.check("u", "/").await.allowed());
+    let denied = a.check("u", "/").await;
+    assert_eq!(denied.blocked_by(), Some(Tier::User));
+    assert!(denied.retry_after() <= window + US, "{denied:?}");
+    let calls = server.command_calls("evalsha");
+    assert!(!a.check("u", "/").await.allowed());
+    assert_eq!(server.command_calls("evalsha"), calls, "from the cache");
+    // The limiter's clock goes back an hour, and stands still.
+    still.set(T0 - Duration::from_secs(3_600));
+    tokio::time::sleep(window + Duration::from_millis(200)).await;
+    let d = a.check("u", "/").await;
+    assert!(d.allowed(), "Redis's window has passed: {d:?}");
+}
+
+/// On Redis's clock a denial is timed by Redis when its script runs, which may be long after
+/// the check started (a batch queue, a slow round trip, a paused server). The cache once
+/// counted Redis's wait from the check's start, so its later answers were early by that delay
+/// (an outside audit: 406 ms early, a whole second short in 197 of 484 answers). Each cached
+/// answer is compared with what a fresh instance, with nothing cached, is told just after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_time_a_cached_wait_is_never_shorter_than_redis_says_after_a_slow_answer() {
+    let server = RedisServer::start();
+    let config = || {
+        on(
+            &server,
+            limits(1, 0, 0, Duration::from_secs(20)),
+            TimeSource::Redis,
+        )
+    };
+    // The system clock: it runs, as Redis's does.
+    let connected = |config| async {
+        let limiter = RateLimiter::new(config);
+        limiter.wait_connected().await;
+        assert_eq!(limiter.backend(), Backend::Redis);
+        limiter
+    };
+    let a = connected(config()).await;
+    // Instances that ask Redis once each, with nothing cached (connected now: a connection
+    // takes longer than the delay this test is about).
+    let mut fresh = Vec::new();
+    for _ in 0..5 {
+        fresh.push(connected(config()).await);
+    }
+    assert!(a.check("u", "/").await.allowed());
+    // The denial that is remembered meets a paused server.
+    server.pause();
+    let slow = tokio::spawn({
+        let a = a.clone();
+        async move { a.check("u", "/").await }
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    server.resume();
+    assert_eq!(slow.await.unwrap().blocked_by(), Some(Tier::User));
+    for (round, b) in fresh.iter().enumerate() {
+        let calls = server.command_calls("evalsha");
+        let cached = a.check("u", "/").await;
+        assert_eq!(server.command_calls("evalsha"), calls, "from the cache");
+        let fresh = b.check("u", "/").await;
+        assert_eq!(fresh.blocked_by(), Some(Tier::User));
+        assert!(
+            cached.retry_after() >= fresh.retry_after()
+                && cached.retry_after_secs() >= fresh.retry_after_secs(),
+            "round {round}: the cache said {:?}, Redis after it {:?}",
+            cached.retry_after(),
+            fresh.retry_after()
+        );
+    }
+}
+
 /// A reset on one instance is seen by every other at once: the others' cached denials are
 /// dropped through the invalidation channel.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -71,9 +71,17 @@ mod redis {
     const MINUTE: Duration = Duration::from_secs(60);
 
     fn redis_config(url: String, shards: u32) -> tiered_ratelimit::RedisConfig {
+        redis_config_on(url, shards, TimeSource::App)
+    }
+
+    fn redis_config_on(
+        url: String,
+        shards: u32,
+        source: TimeSource,
+    ) -> tiered_ratelimit::RedisConfig {
         RateLimitConfig::builder()
             .redis_url(url)
-            .redis_time_source(TimeSource::App)
+            .redis_time_source(source)
             .redis_command_timeout(Duration::from_secs(2))
             .redis_connect_timeout(Duration::from_secs(10))
             .redis_global_shards(shards)
@@ -187,6 +195,28 @@ mod redis {
         // Back to the minute: one entry counts, so there is room.
         let d = s.check(&at(2_001, MINUTE)).await.unwrap();
         assert!(admitted(&d), "{d:?}");
+    }
+
+    /// On Redis's clock (each master's `TIME`) the shards known full are remembered on the
+    /// store's own monotonic clock, not on the request's `now`: here a `now` that never moves
+    /// once kept every shard "full" for good, while the masters had long freed them (docs/
+    /// REDIS.md, "The cache's clock").
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_redis_time_shards_known_full_free_with_the_window_whatever_now_says() {
+        let cluster = RedisCluster::shared();
+        let config = redis_config_on(cluster.url(), 3, TimeSource::Redis);
+        let s = RedisStore::new("shards-redis-time", &config);
+        assert!(s.wait_connected().await);
+        let window = Duration::from_millis(800);
+        let tiers = [TierCheck::new(Tier::Global, "", 6)];
+        let request = StoreRequest::new(T0, window, 1, &tiers);
+        for _ in 0..6 {
+            assert!(admitted(&s.check(&request).await.unwrap()));
+        }
+        assert!(!admitted(&s.check(&request).await.unwrap()));
+        tokio::time::sleep(window + Duration::from_millis(300)).await;
+        let d = s.check(&request).await.unwrap();
+        assert!(admitted(&d), "the masters' window has passed: {d:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

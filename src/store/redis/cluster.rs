@@ -33,7 +33,7 @@ impl RedisStore {
         let global = req.tiers.iter().position(|t| t.tier == Tier::Global);
         if let (Some(shards), Some(g)) = (shards, global) {
             // Every shard known full: denied before any tier is reserved.
-            let now_us = saturating_micros(req.now);
+            let now_us = self.cache_now(req);
             if let Some(wait) =
                 self.all_shards_full(shards, &req.tiers[g], saturating_micros(req.window), now_us)
             {

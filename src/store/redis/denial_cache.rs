@@ -38,7 +38,7 @@ const PURGE_SHARE: usize = 8;
 
 #[derive(Clone, Copy, Debug)]
 struct Cached {
-    /// Until when (µs, the limiter's clock) the key cannot change.
+    /// Until when (µs, the cache's clock: the store's `cache_now`) the key cannot change.
     still_until: u64,
     /// When (µs) a request under `terms` fits, as Redis said.
     fits_at: u64,
@@ -118,20 +118,26 @@ impl DenialCache {
         (same && now < cached.still_until).then_some(cached.still_until)
     }
 
-    /// Remembers that `key` has no room, unchanged for `still` from `now` (µs), and that a
-    /// request under `terms` fits after `retry_after`; unless an invalidation arrived since
-    /// `epoch` (read before the request was sent): Redis's answer may then predate a reset or
-    /// a block.
+    /// Remembers that `key` has no room, unchanged for `still`, and that a request under
+    /// `terms` fits after `retry_after`, both counted by Redis from a moment within `span`
+    /// (µs: when the request was sent, when Redis's answer came); unless an invalidation
+    /// arrived since `epoch` (read before the request was sent): Redis's answer may then
+    /// predate a reset or a block.
+    ///
+    /// `still` is counted from the span's start and `retry_after` from its end, so that
+    /// neither is ever later (the cache answers while the key may have changed) or earlier
+    /// (a wait shorter than the truth) than Redis's; on the app's clock both ends are the
+    /// request's `now`, Redis's own.
     pub(crate) fn remember_since(
         &self,
         epoch: u64,
         key: String,
         terms: Terms,
-        now: u64,
+        span: (u64, u64),
         retry_after: Duration,
         still: Duration,
     ) {
-        self.remember_if(key, terms, now, retry_after, still, || {
+        self.remember_if(key, terms, span, retry_after, still, || {
             self.epoch() == epoch
         });
     }
@@ -148,7 +154,7 @@ impl DenialCache {
         retry_after: Duration,
         still: Duration,
     ) {
-        self.remember_if(key, terms, now, retry_after, still, || true);
+        self.remember_if(key, terms, (now, now), retry_after, still, || true);
     }
 
     /// Remembers `key`'s denial if `current` holds, asked with the key's shard locked:
@@ -159,7 +165,7 @@ impl DenialCache {
         &self,
         key: String,
         terms: Terms,
-        now: u64,
+        (sent, answered): (u64, u64),
         retry_after: Duration,
         still: Duration,
         current: impl FnOnce() -> bool,
@@ -167,15 +173,20 @@ impl DenialCache {
         if !self.live.load(Ordering::SeqCst) || still.is_zero() {
             return;
         }
-        let micros = |d: Duration| now.saturating_add(crate::clock::saturating_micros(d));
-        if self.entries.len() >= MAX_KEYS && !self.purge(now) {
+        let after =
+            |from: u64, d: Duration| from.saturating_add(crate::clock::saturating_micros(d));
+        let still_until = after(sent, still);
+        if still_until <= answered {
+            return; // the key may already have changed
+        }
+        if self.entries.len() >= MAX_KEYS && !self.purge(answered) {
             return; // full of live denials: this one goes to Redis each time
         }
         let entry = self.entries.entry(key);
         if current() {
             entry.insert(Cached {
-                still_until: micros(still),
-                fits_at: micros(retry_after),
+                still_until,
+                fits_at: after(answered, retry_after),
                 terms,
             });
         }

@@ -16,7 +16,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fred::prelude::{Client, ClientLike, Error as FredError, EventInterface, KeysInterface};
 use fred::types::scripts::Script;
@@ -99,6 +99,9 @@ struct Connections {
     started: AtomicBool,
     /// Denials Redis gave for tiers without room, answered locally (see `denial_cache`).
     denials: Arc<DenialCache>,
+    /// On Redis's clock, the denial cache's time is this instant's age (see
+    /// [`RedisStore::cache_now`]).
+    cache_origin: Instant,
     /// The runtime the store started on, to close its connections when it is dropped, and
     /// the task listening for invalidations.
     runtime: OnceLock<tokio::runtime::Handle>,
@@ -161,6 +164,7 @@ impl RedisStore {
                 time_source: config.time_source,
                 clustered,
                 denials: Arc::new(DenialCache::default()),
+                cache_origin: Instant::now(),
                 runtime: OnceLock::new(),
                 listener: std::sync::Mutex::new(None),
                 routers: std::sync::Mutex::new(Vec::new()),
@@ -194,6 +198,20 @@ impl RedisStore {
         }
     }
 
+    /// The denial cache's time (µs) for `req`: the time its waits and `still`s are counted
+    /// on. On the app's clock ([`TimeSource::App`]) that is the request's `now`, which the
+    /// script is given. On Redis's, the limiter's clock says nothing of Redis's (a manual
+    /// clock stands still, a system clock may be stepped by hours): the cache is timed by the
+    /// store's own monotonic clock, which runs as Redis's does, and a remembered denial is
+    /// placed between the moment its request was sent and the moment Redis answered (see
+    /// [`DenialCache::remember_since`]), since the script read `TIME` in between.
+    fn cache_now(&self, req: &StoreRequest<'_>) -> u64 {
+        match self.inner.time_source {
+            TimeSource::App => saturating_micros(req.now),
+            TimeSource::Redis => saturating_micros(self.inner.cache_origin.elapsed()),
+        }
+    }
+
     /// Decides `req`: from the denial cache if it can, else by the script.
     async fn check_inner(&self, req: &StoreRequest<'_>) -> Result<StoreOutcome, StoreError> {
         let Some(first) = req.tiers.first() else {
@@ -209,7 +227,7 @@ impl RedisStore {
         // Only the request's first tier is cached: its denial is then certain *and* it is the
         // tier Redis would name (no earlier tier can be full: there is none).
         let first_key = self.key(first.tier, first.id);
-        let now_us = saturating_micros(req.now);
+        let sent = self.cache_now(req);
         let denials = &self.inner.denials;
         let terms = denial_cache::Terms {
             cost: req.cost,
@@ -218,7 +236,7 @@ impl RedisStore {
             window: saturating_micros(req.window),
             others: denials.others(&req.tiers[1..]),
         };
-        if let Some(retry_after) = denials.get(&first_key, terms, now_us) {
+        if let Some(retry_after) = denials.get(&first_key, terms, sent) {
             return Ok(StoreOutcome::Denied {
                 tier: first.tier,
                 retry_after,
@@ -228,7 +246,8 @@ impl RedisStore {
         let (outcome, still) = self.check_remote(req).await?;
         match outcome {
             StoreOutcome::Denied { tier, retry_after } if tier == first.tier => {
-                denials.remember_since(epoch, first_key, terms, now_us, retry_after, still);
+                let span = (sent, self.cache_now(req));
+                denials.remember_since(epoch, first_key, terms, span, retry_after, still);
             }
             // Admitted under other terms (a new window may have trimmed for good): nothing
             // remembered of the request's keys still holds.

@@ -106,7 +106,8 @@ impl RedisStore {
         // Read before any shard is asked: a shard's "full" is remembered only if no reset or
         // block was heard since.
         let epoch = denials.epoch();
-        let started = (Instant::now(), saturating_micros(req.now));
+        // On the denial cache's clock: what is known of the shards is remembered on it.
+        let started = (Instant::now(), self.cache_now(req));
         let local_now = || started.1 + saturating_micros(started.0.elapsed());
         let n = shards.layout.used(tier.limit);
         // A shadow tier never denies: no shard is skipped, every one is tried if need be.
@@ -141,7 +142,8 @@ impl RedisStore {
                     members,
                 });
             }
-            let fits_at = self.shard_full(key, &f, cap, req, (reply.now, started.1), epoch);
+            let span = (started.1, self.cache_now(req));
+            let fits_at = self.shard_full(key, &f, cap, req, (reply.now, span), epoch);
             attempt.denied(fits_at, cap.saturating_sub(f.count));
             if fullest.is_none_or(|(t, ..)| fits_at < t) {
                 fullest = Some((fits_at, cap, found));
@@ -221,16 +223,17 @@ impl RedisStore {
     }
 
     /// Shard `key` (cap `cap`) could not take `req`; `f` are its facts at `script_now` (its
-    /// script's clock), `now` the limiter's. Remembers it as full if it held its whole cap (and
-    /// no invalidation was heard since `epoch`), and returns when the request fits there (µs,
-    /// the limiter's time).
+    /// script's clock), which lies within `span` (the walk's start and the shard's answer, on
+    /// the denial cache's clock: see `RedisStore::cache_now`). Remembers it as full if it held
+    /// its whole cap (and no invalidation was heard since `epoch`), and returns when the
+    /// request fits there (µs, on that clock, never earlier than Redis's answer says).
     fn shard_full(
         &self,
         key: &str,
         f: &Found,
         cap: u64,
         req: &StoreRequest<'_>,
-        (script_now, now): (u64, u64),
+        (script_now, span): (u64, (u64, u64)),
         epoch: u64,
     ) -> u64 {
         let window = saturating_micros(req.window);
@@ -254,9 +257,9 @@ impl RedisStore {
                 window,
                 others: 0,
             };
-            denials.remember_since(epoch, key.to_owned(), terms, now, retry, still);
+            denials.remember_since(epoch, key.to_owned(), terms, span, retry, still);
         }
-        now.saturating_add(fits)
+        span.1.saturating_add(fits)
     }
 }
 

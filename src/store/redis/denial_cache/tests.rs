@@ -39,9 +39,9 @@ fn a_denial_under_other_limits_or_window_is_not_answered() {
     cache.enable();
     let epoch = cache.epoch();
     cache.forget("other");
-    cache.remember_since(epoch, "k".into(), cost(1), 0, 8 * MS, 5 * MS);
+    cache.remember_since(epoch, "k".into(), cost(1), (0, 0), 8 * MS, 5 * MS);
     assert_eq!(cache.get("k", cost(1), 1), None);
-    cache.remember_since(cache.epoch(), "k".into(), cost(1), 0, 8 * MS, 5 * MS);
+    cache.remember_since(cache.epoch(), "k".into(), cost(1), (0, 0), 8 * MS, 5 * MS);
     assert!(cache.get("k", cost(1), 1).is_some());
     let other_route = Terms {
         others: 7,
@@ -182,9 +182,52 @@ fn closed_stays_off_and_a_cache_back_on_keeps_nothing_asked_before() {
     // Back: emptied, then on (as the listener does).
     cache.forget_all();
     cache.enable();
-    cache.remember_since(asked, "k".into(), cost(1), 0, 8 * MS, 5 * MS);
+    cache.remember_since(asked, "k".into(), cost(1), (0, 0), 8 * MS, 5 * MS);
     assert_eq!(cache.get("k", cost(1), 0), None, "asked before it was back");
     let now_asked = cache.epoch();
-    cache.remember_since(now_asked, "k".into(), cost(1), 0, 8 * MS, 5 * MS);
+    cache.remember_since(now_asked, "k".into(), cost(1), (0, 0), 8 * MS, 5 * MS);
     assert!(cache.get("k", cost(1), 0).is_some(), "asked after");
+}
+
+/// A denial Redis timed at some moment between sending and answering (its own clock): the key
+/// is taken as unchanged from the earliest of those moments, and the wait as counted from the
+/// latest, so the cache neither answers after the key may have changed nor tells a wait shorter
+/// than Redis's; one whose `still` ended before the answer came is not remembered.
+#[test]
+fn a_denial_is_placed_within_its_round_trip_on_the_safe_side() {
+    let cache = DenialCache::default();
+    cache.enable();
+    let us = |n: u64| Duration::from_micros(n);
+    // Sent at 100, answered at 400: still 500 (until 600 at the latest), fits after 800
+    // (1,200 at the latest).
+    cache.remember_since(
+        cache.epoch(),
+        "k".into(),
+        cost(1),
+        (100, 400),
+        us(800),
+        us(500),
+    );
+    assert_eq!(cache.get("k", cost(1), 400), Some(us(800)));
+    assert_eq!(cache.get("k", cost(1), 599), Some(us(601)));
+    assert_eq!(cache.get("k", cost(1), 600), None);
+    // Still 300 from a send at 100 ends at 400: by the answer, nothing is certain.
+    cache.remember_since(
+        cache.epoch(),
+        "j".into(),
+        cost(1),
+        (100, 400),
+        us(800),
+        us(300),
+    );
+    assert_eq!(cache.get("j", cost(1), 400), None);
+    cache.remember_since(
+        cache.epoch(),
+        "j".into(),
+        cost(1),
+        (100, 400),
+        us(800),
+        us(301),
+    );
+    assert_eq!(cache.get("j", cost(1), 400), Some(us(800)));
 }
