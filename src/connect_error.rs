@@ -187,9 +187,11 @@ impl ConnectError {
                  reachable from here, and whether the port expects TLS (then use rediss://)"
             }
             Self::Timeout { .. } => {
-                "check that Redis is up and not overloaded, that a rediss:// URL names a port \
-                 that speaks TLS (a plaintext port never answers the TLS handshake), or raise \
-                 redis.connect_timeout / redis.command_timeout"
+                "check that Redis is up and not overloaded (by this instance too: a burst of \
+                 thousands of checks at once waits in its queue, which the timeout counts), \
+                 that a rediss:// URL names a port that speaks TLS (a plaintext port never \
+                 answers the TLS handshake), or raise redis.connect_timeout / \
+                 redis.command_timeout"
             }
             Self::Other { .. } => "see the message",
         }
