@@ -342,6 +342,81 @@ async fn ask_redirections_during_a_migration_are_followed() {
     assert_eq!(l.backend(), Backend::Redis);
 }
 
+/// ASK redirections while many checks are on their way (an outside audit): fred answered an
+/// ASK by writing `ASKING` on the shared, pipelined connection and taking the next reply there
+/// as its answer, so every reply after it went to the wrong check. A user with 4 of 5 units
+/// was told "allowed" for 2 more (another check's reply) and the limiter fell back. Here users
+/// whose keys are new in a migrating slot (each check answered ASK, then MOVED once the slot is
+/// handed over halfway) run beside a full user and users with room, all at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_checks_beside_ask_redirections_each_get_their_own_reply() {
+    let cluster = RedisCluster::start();
+    let clock = ManualClock::at(Duration::from_secs(1_700_000_000));
+    let l = limiter(config(&cluster, "askc", 5, 0, 0), &clock).await;
+    for _ in 0..4 {
+        assert!(l.check("victim", "/").await.allowed());
+    }
+    let fresh: Vec<String> = (0..200).map(|i| format!("fresh{i}")).collect();
+    for user in &fresh {
+        assert!(l.check(user, "/").await.allowed());
+    }
+    assert!(l.check("m0", "/").await.allowed());
+    let migration = Migration::start(&cluster, "askc:user:m0");
+    let slot = tiered_ratelimit::shards::slot("askc:user:m0");
+    let moving: Vec<String> = (1..1_000_000)
+        .map(|i| format!("m{i}"))
+        .filter(|id| tiered_ratelimit::shards::slot(&format!("askc:user:{id}")) == slot)
+        .take(8)
+        .collect();
+    assert_eq!(moving.len(), 8);
+    let until = std::time::Instant::now() + Duration::from_millis(1_500);
+    let mut tasks = Vec::new();
+    for t in 0..24 {
+        let (l, fresh, moving) = (l.clone(), fresh.clone(), moving.clone());
+        tasks.push(tokio::spawn(async move {
+            let (mut admitted_victim, mut n) = (Vec::new(), 0usize);
+            while std::time::Instant::now() < until {
+                n += 1;
+                match t % 3 {
+                    0 => {
+                        let d = l.check_n("victim", "/", 2).await;
+                        if d.allowed() && l.backend() == Backend::Redis {
+                            admitted_victim.push(d.remaining());
+                        }
+                    }
+                    1 => {
+                        let d = l.check(&fresh[n % fresh.len()], "/").await;
+                        if l.backend() == Backend::Redis {
+                            assert!(d.remaining() <= 3, "another check's reply: {d:?}");
+                        }
+                    }
+                    _ => {
+                        let _ = l.check(&moving[n % moving.len()], "/").await;
+                    }
+                }
+            }
+            admitted_victim
+        }));
+    }
+    // Halfway, the slot is handed over (as `redis-cli --cluster reshard` ends a slot's move):
+    // ASKs turn into MOVEDs, node by node.
+    std::thread::sleep(Duration::from_millis(700));
+    migration.finish(&cluster);
+    for task in tasks {
+        let admitted = task.await.unwrap();
+        assert!(
+            admitted.is_empty(),
+            "the full user was admitted (another check's reply): {admitted:?}"
+        );
+    }
+    assert_eq!(
+        l.backend(),
+        Backend::Redis,
+        "an ASK is not a failure: {:?}",
+        l.fallback_cause()
+    );
+}
+
 /// docs/OPERATIONS.md: while a blocked key's slot migrates, the script runs without the block
 /// key (a multi-key command there answers TRYAGAIN), so the check neither fails nor falls back,
 /// and the counts stay exact; once the slot has moved, with the block key, the block holds again.

@@ -1,35 +1,53 @@
-//! A workaround for fred 10.x (seen in 10.1.0), which does not follow ASK redirections.
+//! A workaround for fred 10.x (seen in 10.1.0), which does not follow ASK redirections, and
+//! corrupts the replies of a shared connection when it tries.
 //!
 //! While a cluster slot migrates, its old owner answers `ASK <slot> <host:port>` for a key that
-//! has already moved. fred sends `ASKING` to that target, but then resends the command itself
-//! to the slot's old owner (`router/commands.rs`, `process_ask`, sets `command.hasher` to the
-//! slot and leaves `command.cluster_node` unset, so `Router::route` picks the owner from its
-//! slot map again), which answers ASK again, until the command's redirection budget runs out
-//! ("Too many redirections"). Worse, each round spends one of the command's write attempts, and
-//! when they run out first, `process_ask` returns an error that ends the client's connection
-//! task. The report for fred is in `docs/upstream/fred-ask.md`.
+//! has already moved (or is new). fred sends `ASKING` to that target, but then resends the
+//! command itself to the slot's old owner (`router/commands.rs`, `process_ask`, sets
+//! `command.hasher` to the slot and leaves `command.cluster_node` unset, so `Router::route`
+//! picks the owner from its slot map again), which answers ASK again, until the command's
+//! redirection budget runs out ("Too many redirections"). Worse, it writes that `ASKING` on the
+//! shared, pipelined connection to the target and takes the next reply there as its answer
+//! (`router/utils.rs`, `send_asking_with_policy`, `read_skip_pubsub`): with other commands on
+//! their way on that connection, that reply is the oldest of theirs, and every reply after it
+//! goes to the command before it (an outside audit: checks under concurrent ASKs were answered
+//! with other checks' replies, admitted past their limit, and the limiter fell back). The
+//! report for fred is in `docs/upstream/fred-ask.md`.
 //!
-//! So, on a cluster, fred gets more attempts than redirections ([`cluster_command_attempts`]):
-//! the caller gets the redirection error and the client stays alive. On that error
-//! ([`ErrorKind::Routing`](fred::prelude::ErrorKind::Routing)) this module follows the ASK
-//! itself: it finds the master importing the key's slot (its own `CLUSTER NODES` line says
-//! `[slot-<-source]`) and sends `ASKING` and the command there, back to back, on a plain
-//! connection of its own. Remove it once fred follows ASK.
+//! So, on a cluster, fred follows no redirection at all (`max_redirections` 0: an ASK or a
+//! MOVED is a routing error for the caller at once; on a MOVED fred first syncs its slot map),
+//! and this module follows them ([`Connections::follow`]): on that error it finds the master
+//! importing the key's slot (its own `CLUSTER NODES` line says `[slot-<-source]`) and sends
+//! `ASKING` and the command there, back to back, on a plain connection of its own, under a lock;
+//! with no master importing the slot (a MOVED, or a migration that ended meanwhile) it sends the
+//! command again through the cluster client, whose slot map fred has synced. Every command this
+//! store sends on a key goes through it. Remove it once fred follows ASK without sharing the
+//! connection.
+
+use std::future::Future;
 
 use fred::prelude::{Client, ClientLike, ConnectionConfig, Error as FredError, ErrorKind};
-use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::types::{ClusterHash, CustomCommand, FromValue, Value};
 
 use super::super::StoreError;
 use super::rollback::{self, Reservation, ROLLBACK};
 use super::{connection, fred_error, script, Connections};
 use crate::config::RedisConfig;
 
-/// fred's `max_command_attempts` on a cluster: more than its redirection budget, so that an
-/// unfollowed ASK ends in an error for the caller rather than in the end of the client's
-/// connection task (see the module docs).
+/// fred's `max_command_attempts` on a cluster: more than its default redirection budget (a
+/// margin kept from when fred followed redirections itself, each ASK spending an attempt: when
+/// they ran out first, the client's connection task ended; see the module docs).
 pub(super) fn cluster_command_attempts() -> u32 {
     ConnectionConfig::default().max_redirections + 2
 }
+
+/// fred's `max_redirections` on a cluster: none (see the module docs).
+pub(super) const CLUSTER_REDIRECTIONS: u32 = 0;
+
+/// How many redirections a command follows here before its routing error is final: a key
+/// moves once per migration, and a MOVED after an ASK (the migration ending meanwhile) is the
+/// most one command meets; more is a cluster in turmoil.
+const FOLLOWED: usize = 4;
 
 /// One plain (non-cluster) connection per master, opened at its first ASK.
 ///
@@ -49,12 +67,17 @@ impl AskClients {
 
 /// A command to send again, after `ASKING`, to the master importing its key's slot.
 #[derive(Clone, Copy, Debug)]
-enum Redirected<'a> {
-    /// The script (`EVALSHA sha 1 key args..`), with its arguments.
+pub(super) enum Redirected<'a> {
+    /// A script (`EVALSHA sha 1 key args..`), with its arguments.
     Script { sha: &'a str, args: &'a [String] },
     /// A rollback (`EVAL source 1 key args..`: sent whole, since the importing master may not
     /// have loaded it).
     Rollback { args: &'a [String] },
+    /// `name key args..`.
+    Command {
+        name: &'static str,
+        args: &'a [String],
+    },
 }
 
 impl Connections {
@@ -73,48 +96,88 @@ impl Connections {
         block: Option<String>,
         check: &[String],
     ) -> Result<Vec<Value>, StoreError> {
-        let alone = || vec![key.to_owned()];
-        let mut result: Result<Vec<Value>, FredError> = match &block {
-            Some(block) => {
-                let keys = vec![key.to_owned(), block.clone()];
-                let args = script::with_blocks(check, 1);
-                self.script
-                    .evalsha_with_reload(&self.client, keys, args)
-                    .await
-            }
-            None => {
-                self.script
+        // With the block key; alone when the two are split by a migration (TRYAGAIN). Sent
+        // again the same way after a MOVED, when the slot map has changed.
+        let send = || async {
+            let alone = || vec![key.to_owned()];
+            let Some(block) = &block else {
+                return (self.script)
                     .evalsha_with_reload(&self.client, alone(), check.to_vec())
-                    .await
+                    .await;
+            };
+            let keys = vec![key.to_owned(), block.clone()];
+            let args = script::with_blocks(check, 1);
+            match self
+                .script
+                .evalsha_with_reload(&self.client, keys, args)
+                .await
+            {
+                Err(e) if e.details().starts_with("TRYAGAIN") => {
+                    (self.script)
+                        .evalsha_with_reload(&self.client, alone(), check.to_vec())
+                        .await
+                }
+                other => other,
             }
         };
-        if block.is_some() && matches!(&result, Err(e) if e.details().starts_with("TRYAGAIN")) {
-            result = self
-                .script
-                .evalsha_with_reload(&self.client, alone(), check.to_vec())
-                .await;
-        }
-        self.answer(key, result, check).await
+        // After ASKING, the script runs on the key alone (as above).
+        let sha = self.script.sha1();
+        let command = Redirected::Script { sha, args: check };
+        let first = send().await;
+        self.follow(key, command, first, send)
+            .await
+            .map_err(|e| fred_error("rate limit script failed", e))
     }
 
-    /// The reply of the script on `key` alone (`check`: its arguments), following an ASK.
-    async fn answer(
+    /// `first`, the reply of `command` on `key` through the cluster client, with the
+    /// redirections fred does not follow followed here (see the module docs): on a routing
+    /// error, the master importing the key's slot is sent `ASKING` and `command`; with no
+    /// master importing it (a MOVED: fred has synced its slot map meanwhile), `again` sends it
+    /// through the cluster client once more. At most [`FOLLOWED`] times; off a cluster, no
+    /// routing error comes, and `first` is the reply.
+    pub(super) async fn follow<T, F>(
         &self,
         key: &str,
-        result: Result<Vec<Value>, FredError>,
-        check: &[String],
-    ) -> Result<Vec<Value>, StoreError> {
-        let failed = |e| fred_error("rate limit script failed", e);
-        match result {
-            Err(e) if *e.kind() == ErrorKind::Routing => {
-                let sha = self.script.sha1();
-                let command = Redirected::Script { sha, args: check };
-                self.asking(key, command)
-                    .await
-                    .unwrap_or_else(|| Err(failed(e)))
+        command: Redirected<'_>,
+        first: Result<T, FredError>,
+        again: impl Fn() -> F,
+    ) -> Result<T, FredError>
+    where
+        T: FromValue,
+        F: Future<Output = Result<T, FredError>>,
+    {
+        let mut result = first;
+        for _ in 0..FOLLOWED {
+            match &result {
+                Err(e) if *e.kind() == ErrorKind::Routing => {}
+                _ => break,
             }
-            other => other.map_err(failed),
+            result = match self.asking(key, command).await {
+                Some(reply) => reply.and_then(Value::convert),
+                None => again().await,
+            };
         }
+        result
+    }
+
+    /// `name key args..` on `key`'s node, following redirections ([`follow`](Self::follow)).
+    pub(super) async fn on_key<T: FromValue>(
+        &self,
+        name: &'static str,
+        key: &str,
+        args: &[String],
+    ) -> Result<T, FredError> {
+        let slot = fred::util::redis_keyslot(key.as_bytes());
+        let send = || {
+            let mut all = Vec::with_capacity(args.len() + 1);
+            all.push(key.to_owned());
+            all.extend(args.iter().cloned());
+            let command = CustomCommand::new_static(name, ClusterHash::Custom(slot), false);
+            self.client.custom::<T, _>(command, all)
+        };
+        let first = send().await;
+        self.follow(key, Redirected::Command { name, args }, first, send)
+            .await
     }
 
     /// The rollback script for `reservation` on a cluster, with its marker (so that a second
@@ -126,35 +189,32 @@ impl Connections {
     pub(super) async fn roll_back_one(&self, reservation: &Reservation) -> Result<(), StoreError> {
         let key = reservation.key.as_str();
         let args = reservation.args(self.command_timeout);
-        let keys = vec![key.to_owned(), reservation.marker()];
-        let mut result: Result<Value, FredError> = ROLLBACK
-            .evalsha_with_reload(&self.client, keys, args.clone())
-            .await;
-        if matches!(&result, Err(e) if e.details().starts_with("TRYAGAIN")) {
-            result = ROLLBACK
-                .evalsha_with_reload(&self.client, vec![key], args.clone())
-                .await;
-        }
-        let failed = |e| fred_error("rolling back a reservation failed", e);
-        match result {
-            Ok(_) => Ok(()),
-            Err(e) if *e.kind() == ErrorKind::Routing => {
-                match self.asking(key, Redirected::Rollback { args: &args }).await {
-                    Some(reply) => reply.map(|_| ()),
-                    None => Err(failed(e)),
+        // With the marker; alone when the two are split by a migration (TRYAGAIN). Sent again
+        // the same way after a MOVED.
+        let send = || async {
+            let keys = vec![key.to_owned(), reservation.marker()];
+            match ROLLBACK
+                .evalsha_with_reload(&self.client, keys, args.clone())
+                .await
+            {
+                Err(e) if e.details().starts_with("TRYAGAIN") => {
+                    (ROLLBACK)
+                        .evalsha_with_reload(&self.client, vec![key], args.clone())
+                        .await
                 }
+                other => other,
             }
-            Err(e) => Err(failed(e)),
-        }
+        };
+        let first: Result<Value, FredError> = send().await;
+        self.follow(key, Redirected::Rollback { args: &args }, first, send)
+            .await
+            .map(|_: Value| ())
+            .map_err(|e| fred_error("rolling back a reservation failed", e))
     }
 
     /// Runs `command` on `key` at the master importing its slot, after `ASKING`. `None` when no
-    /// master is importing the slot (or none could be asked): the caller keeps its error.
-    async fn asking(
-        &self,
-        key: &str,
-        command: Redirected<'_>,
-    ) -> Option<Result<Vec<Value>, StoreError>> {
+    /// master is importing the slot (or none could be asked): the caller sends it again.
+    async fn asking(&self, key: &str, command: Redirected<'_>) -> Option<Result<Value, FredError>> {
         let slot = fred::util::redis_keyslot(key.as_bytes());
         let mut clients = self.ask_clients.0.lock().await;
         for server in self.client.active_connections() {
@@ -170,10 +230,9 @@ impl Connections {
             let asking: Result<(), FredError> =
                 client.custom(custom("ASKING"), Vec::<String>::new()).await;
             if let Err(e) = asking {
-                return Some(Err(fred_error("ASKING failed", e)));
+                return Some(Err(e));
             }
-            let reply = send(&client, key, command).await;
-            return Some(reply.map_err(|e| fred_error("redirected command failed", e)));
+            return Some(send(&client, key, command).await);
         }
         None
     }
@@ -213,23 +272,20 @@ async fn imports(client: &Client, slot: u16) -> Option<bool> {
 }
 
 /// Sends `command` on `key` (right after `ASKING`, on the same connection).
-async fn send(
-    client: &Client,
-    key: &str,
-    command: Redirected<'_>,
-) -> Result<Vec<Value>, FredError> {
-    // `EVALSHA sha 1 key args..` or `EVAL source 1 key args..`.
-    let (name, script, args) = match command {
-        Redirected::Script { sha, args } => ("EVALSHA", sha, args),
-        Redirected::Rollback { args } => ("EVAL", rollback::SOURCE, args),
+async fn send(client: &Client, key: &str, command: Redirected<'_>) -> Result<Value, FredError> {
+    // `EVALSHA sha 1 key args..`, `EVAL source 1 key args..` or `name key args..`.
+    let (name, head, args) = match command {
+        Redirected::Script { sha, args } => ("EVALSHA", Some(sha), args),
+        Redirected::Rollback { args } => ("EVAL", Some(rollback::SOURCE), args),
+        Redirected::Command { name, args } => (name, None, args),
     };
     let mut full: Vec<String> = Vec::with_capacity(args.len() + 3);
-    full.extend([script.to_owned(), "1".to_owned(), key.to_owned()]);
-    full.extend(args.iter().cloned());
-    match client.custom::<Value, _>(custom(name), full).await? {
-        Value::Array(values) => Ok(values),
-        value => Ok(vec![value]),
+    if let Some(script) = head {
+        full.extend([script.to_owned(), "1".to_owned()]);
     }
+    full.push(key.to_owned());
+    full.extend(args.iter().cloned());
+    client.custom::<Value, _>(custom(name), full).await
 }
 
 /// A command fred has no method for, sent to any node (one node, off a cluster).

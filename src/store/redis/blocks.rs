@@ -14,11 +14,10 @@
 
 use std::time::Duration;
 
-use fred::prelude::{Client, KeysInterface, SetsInterface};
-use fred::types::Expiration;
+use fred::types::Value;
 
 use super::super::StoreError;
-use super::{fred_error, invalidation, timed_out, RedisStore};
+use super::{fred_error, invalidation, timed_out, Connections, RedisStore};
 use crate::tier::Tier;
 
 /// `{key}#suffix` (or `key#suffix` when `key` already holds a hash tag): in `key`'s slot.
@@ -75,17 +74,16 @@ impl RedisStore {
         let owner = bucket_owner(id).filter(|_| tier == Tier::User);
         let buckets = owner.map(|o| companion(&self.key(Tier::User, o), "buckets"));
         self.within_timeout(async {
-            let client = &self.inner.client;
+            let inner = &*self.inner;
             if let Some(buckets) = &buckets {
-                list_bucket(client, buckets, &block, ms).await?;
+                list_bucket(inner, buckets, &block, ms).await?;
             }
-            let set: Result<(), _> = client
-                .set(block.as_str(), "1", Some(Expiration::PX(ms)), None, false)
-                .await;
+            let px = ["1".to_owned(), "PX".to_owned(), ms.to_string()];
+            let set: Result<Value, _> = inner.on_key("SET", &block, &px).await;
             set.map_err(|e| fred_error("SET of a block failed", e))?;
             self.inner.denials.forget_all();
             let every = invalidation::EVERY_KEY.to_owned();
-            invalidation::publish(client, &self.inner.prefix, every)
+            invalidation::publish(&inner.client, &self.inner.prefix, every)
                 .await
                 .map_err(|e| fred_error("PUBLISH failed", e))
         })
@@ -99,16 +97,19 @@ impl RedisStore {
         };
         let buckets = companion(&self.key(tier, id), "buckets");
         self.within_timeout(async {
-            let client = &self.inner.client;
+            let inner = &*self.inner;
             let failed = |e| fred_error("DEL of a block failed", e);
             let listed: Vec<String> = if tier == Tier::User {
-                client.smembers(buckets.as_str()).await.map_err(failed)?
+                inner
+                    .on_key("SMEMBERS", &buckets, &[])
+                    .await
+                    .map_err(failed)?
             } else {
                 Vec::new()
             };
             // One key at a time: on a cluster they live in different slots.
             for key in listed.iter().chain([&block, &buckets]) {
-                let _: i64 = client.del(key.as_str()).await.map_err(failed)?;
+                let _: i64 = inner.on_key("DEL", key, &[]).await.map_err(failed)?;
             }
             Ok(())
         })
@@ -136,16 +137,16 @@ impl RedisStore {
 
 /// Adds `block` to the set `buckets`, which then lives at least `ms` more.
 async fn list_bucket(
-    client: &Client,
+    inner: &Connections,
     buckets: &str,
     block: &str,
     ms: i64,
 ) -> Result<(), StoreError> {
     let failed = |e| fred_error("listing a bucket's block failed", e);
-    let _: i64 = client.sadd(buckets, block).await.map_err(failed)?;
-    let left: i64 = client.pttl(buckets).await.map_err(failed)?;
+    let _: i64 = (inner.on_key("SADD", buckets, &[block.to_owned()]).await).map_err(failed)?;
+    let left: i64 = inner.on_key("PTTL", buckets, &[]).await.map_err(failed)?;
     if left < ms {
-        let _: bool = client.pexpire(buckets, ms, None).await.map_err(failed)?;
+        let _: i64 = (inner.on_key("PEXPIRE", buckets, &[ms.to_string()]).await).map_err(failed)?;
     }
     Ok(())
 }

@@ -17,7 +17,6 @@ use super::sharded::Walk;
 use super::RedisStore;
 use crate::clock::saturating_micros;
 use crate::tier::Tier;
-use fred::prelude::KeysInterface;
 
 impl RedisStore {
     /// Decides `req` tier by tier, every request on a cluster (a sharded global tier: see
@@ -146,10 +145,10 @@ impl RedisStore {
             .iter()
             .filter_map(|t| Some((t.tier, self.block_key(t.tier, t.id)?)))
             .collect();
-        let client = &self.inner.client;
+        let inner = &*self.inner;
         let ttls = keys
             .iter()
-            .map(|(_, key)| client.pttl::<i64, _>(key.as_str()));
+            .map(|(_, key)| inner.on_key::<i64>("PTTL", key, &[]));
         let ttls = futures_util::future::join_all(ttls).await;
         let mut found: Option<(Tier, u64)> = None;
         for ((tier, _), ttl) in keys.iter().zip(ttls) {

@@ -59,13 +59,14 @@ pub(super) fn build_client(config: &RedisConfig, reconnect: bool) -> Result<Clie
             message: crate::config::ConfigError::TlsFeatureDisabled.to_string(),
         });
     }
-    // One attempt: a dead server fails fast instead of being retried. On a cluster, enough
-    // attempts to outlast fred's unfollowed ASK redirections (see `ask`). Every call is still
-    // bounded by the command timeout.
-    let attempts = if redis.server.is_clustered() {
-        ask::cluster_command_attempts()
+    // One attempt: a dead server fails fast instead of being retried. On a cluster, a margin
+    // kept from when fred followed ASKs itself; and fred follows no redirection there: `ask`
+    // does (fred's ASKING corrupts a shared connection's replies). Every call is still bounded
+    // by the command timeout.
+    let (attempts, redirections) = if redis.server.is_clustered() {
+        (ask::cluster_command_attempts(), ask::CLUSTER_REDIRECTIONS)
     } else {
-        1
+        (1, ConnectionConfig::default().max_redirections)
     };
     let clustered = redis.server.is_clustered();
     let mut builder = Builder::from_config(redis);
@@ -89,6 +90,7 @@ pub(super) fn build_client(config: &RedisConfig, reconnect: bool) -> Result<Clie
             connection_timeout: config.connect_timeout,
             internal_command_timeout: config.connect_timeout,
             max_command_attempts: attempts,
+            max_redirections: redirections,
             // Every command (a batch) is written at once: with Nagle's algorithm on, a batch
             // written while the one before is unacknowledged waits for that ACK, which mostly
             // rides on the reply, so two batches on their way would be one on the wire.

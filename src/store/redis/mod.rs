@@ -18,7 +18,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use fred::prelude::{Client, ClientLike, Error as FredError, EventInterface, KeysInterface};
+use fred::prelude::{Client, ClientLike, Error as FredError, EventInterface};
 use fred::types::scripts::Script;
 use tokio::sync::watch;
 
@@ -337,7 +337,7 @@ impl Store for RedisStore {
             }
             let client = &self.inner.client;
             for key in keys {
-                let deleted: Result<i64, _> = client.del(key.as_str()).await;
+                let deleted: Result<i64, _> = self.inner.on_key("DEL", &key, &[]).await;
                 deleted.map_err(|e| fred_error("DEL failed", e))?;
                 // Every instance forgets its cached denials of the key.
                 invalidation::publish(client, &self.inner.prefix, key)

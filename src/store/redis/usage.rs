@@ -7,6 +7,7 @@ use fred::types::scripts::Script;
 use fred::types::Value;
 
 use super::super::{StoreError, StoreRequest, TierUsage};
+use super::ask::Redirected;
 use super::{fred_error, script, timed_out, RedisStore};
 use crate::clock::saturating_micros;
 
@@ -46,9 +47,14 @@ impl RedisStore {
         let mut first_now = None;
         for tiers in groups {
             let keys: Vec<String> = tiers.iter().map(|t| self.key(t.tier, t.id)).collect();
-            let reply: Vec<Value> = USAGE
-                .evalsha_with_reload(&self.inner.client, keys, args.clone())
-                .await
+            let inner = &*self.inner;
+            let send = || USAGE.evalsha_with_reload(&inner.client, keys.clone(), args.clone());
+            let first = send().await;
+            let command = Redirected::Script {
+                sha: USAGE.sha1(),
+                args: &args,
+            };
+            let reply: Vec<Value> = (inner.follow(&keys[0], command, first, send).await)
                 .map_err(|e| fred_error("rate limit usage script failed", e))?;
             let (reply_now, found) = parse(&reply, tiers.len())?;
             let base = *first_now.get_or_insert(reply_now);
