@@ -197,6 +197,40 @@ mod redis {
         assert!(admitted(&d), "{d:?}");
     }
 
+    /// `usage` of a sharded global tier sums its shard keys (an outside audit: it read the
+    /// unsharded key, never written, and said 0 used of 30 with 21 recorded).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn usage_of_a_sharded_global_tier_sums_its_shards() {
+        let cluster = RedisCluster::shared();
+        let s = store(cluster.url(), "shards-usage", 3).await;
+        let tiers = [
+            TierCheck::new(Tier::User, "u", 100),
+            TierCheck::new(Tier::Global, "", 30),
+        ];
+        for i in 0..20 {
+            let at = T0 + Duration::from_millis(i);
+            let d = s.check(&StoreRequest::new(at, MINUTE, 1, &tiers)).await;
+            assert!(admitted(&d.unwrap()));
+        }
+        let now = T0 + Duration::from_millis(100);
+        let usage = s
+            .usage(&StoreRequest::new(now, MINUTE, 1, &tiers))
+            .await
+            .unwrap();
+        let recorded: u64 = shard_keys("shards-usage")
+            .iter()
+            .map(|k| zcard(cluster, k))
+            .sum();
+        assert_eq!(recorded, 20);
+        for u in &usage {
+            assert_eq!((u.used, u.remaining), (20, u.limit - 20), "{u:?}");
+            // The oldest entry, at T0, frees a window and 1 µs after it.
+            let left = MINUTE + Duration::from_micros(1) - Duration::from_millis(100);
+            assert_eq!(u.next_free_in, left, "{u:?}");
+        }
+        assert_eq!(usage[1].tier, Tier::Global);
+    }
+
     /// On Redis's clock (each master's `TIME`) the shards known full are remembered on the
     /// store's own monotonic clock, not on the request's `now`: here a `now` that never moves
     /// once kept every shard "full" for good, while the masters had long freed them (docs/

@@ -1,15 +1,16 @@
 //! Usage without recording (`usage.lua`): one read-only script over every tier, or on a
-//! cluster one per tier, each on the node owning its key.
+//! cluster one per key, each on the node owning it (the global tier's shard keys summed).
 
 use std::sync::LazyLock;
 
 use fred::types::scripts::Script;
 use fred::types::Value;
 
-use super::super::{StoreError, StoreRequest, TierUsage};
+use super::super::{StoreError, StoreRequest, TierCheck, TierUsage};
 use super::ask::Redirected;
 use super::{fred_error, script, timed_out, RedisStore};
 use crate::clock::saturating_micros;
+use crate::tier::Tier;
 
 /// The read-only script, run with EVALSHA (and loaded on NOSCRIPT).
 static USAGE: LazyLock<Script> = LazyLock::new(|| Script::from_lua(include_str!("usage.lua")));
@@ -36,18 +37,29 @@ impl RedisStore {
         let now = script::now_arg(self.inner.time_source, req);
         let args = vec![now, saturating_micros(req.window).to_string()];
         let window = saturating_micros(req.window);
-        let groups: Vec<&[_]> = if self.inner.clustered {
-            req.tiers.chunks(1).collect()
-        } else {
-            vec![req.tiers]
+        // Each tier's keys: its one key, or on a cluster with global shards every shard key
+        // of the global tier (its units are theirs, summed).
+        let keys_of = |t: &TierCheck<'_>| match (&self.inner.global, t.tier) {
+            (Some(shards), Tier::Global) => shards.keys().to_vec(),
+            _ => vec![self.key(t.tier, t.id)],
         };
-        let mut usage = Vec::with_capacity(req.tiers.len());
-        // On a cluster each node may read its own clock: every tier's oldest entry is moved
+        // One call over every key on a single node; on a cluster one per key, on its node.
+        let calls: Vec<Vec<(usize, String)>> = if self.inner.clustered {
+            (req.tiers.iter().enumerate())
+                .flat_map(|(i, t)| keys_of(t).into_iter().map(move |k| vec![(i, k)]))
+                .collect()
+        } else {
+            vec![(req.tiers.iter().enumerate())
+                .flat_map(|(i, t)| keys_of(t).into_iter().map(move |k| (i, k)))
+                .collect()]
+        };
+        let mut found: Vec<(u64, Option<u64>)> = vec![(0, None); req.tiers.len()];
+        // On a cluster each node may read its own clock: every key's oldest entry is moved
         // onto the first reply's `now`, so the answer speaks of one moment.
         let mut first_now = None;
-        for tiers in groups {
-            let keys: Vec<String> = tiers.iter().map(|t| self.key(t.tier, t.id)).collect();
-            let inner = &*self.inner;
+        let inner = &*self.inner;
+        for call in calls {
+            let keys: Vec<String> = call.iter().map(|(_, k)| k.clone()).collect();
             let send = || USAGE.evalsha_with_reload(&inner.client, keys.clone(), args.clone());
             let first = send().await;
             let command = Redirected::Script {
@@ -56,14 +68,22 @@ impl RedisStore {
             };
             let reply: Vec<Value> = (inner.follow(&keys[0], command, first, send).await)
                 .map_err(|e| fred_error("rate limit usage script failed", e))?;
-            let (reply_now, found) = parse(&reply, tiers.len())?;
+            let (reply_now, per_key) = parse(&reply, keys.len())?;
             let base = *first_now.get_or_insert(reply_now);
-            for (t, (used, oldest)) in tiers.iter().zip(found) {
+            for ((i, _), (used, oldest)) in call.iter().zip(per_key) {
                 let oldest = oldest.map(|o| (o + base).saturating_sub(reply_now));
-                usage.push(TierUsage::new(t, used, oldest, base, window));
+                let (sum, first) = &mut found[*i];
+                *sum = sum.saturating_add(used);
+                *first = match (*first, oldest) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
             }
         }
-        Ok(usage)
+        let base = first_now.unwrap_or_default();
+        Ok((req.tiers.iter().zip(found))
+            .map(|(t, (used, oldest))| TierUsage::new(t, used, oldest, base, window))
+            .collect())
     }
 }
 
