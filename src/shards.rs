@@ -11,8 +11,9 @@
 //!   shard gets an equal share of the tries.
 //! - [`Attempt`]: one request's walk over the shards: from its start, skipping the shards its
 //!   instance knows are full, moving on when a shard denies, until one admits or every shard
-//!   denied; then the wait is the earliest moment any shard frees. A cost that no shard fits
-//!   whole but their rooms together do is split over them ([`Attempt::split`]).
+//!   denied; then the wait is the earliest moment by which the request fits in one of them
+//!   (never shorter than the truth). A cost that no shard fits whole but their rooms together
+//!   do is split over them ([`Attempt::split`]).
 //! - [`full_until`]: when a shard that denied can change again (its oldest entry leaving),
 //!   from the facts its script returned; the instance remembers it and skips the shard until
 //!   then.
@@ -143,14 +144,28 @@ impl Rotation {
     }
 }
 
+/// What an instance remembers of a shard it saw full, for one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KnownFull {
+    /// Until when (µs) the shard stays full for requests of every cost (its oldest entry
+    /// leaving is the earliest it can change): it is skipped until then.
+    pub until: u64,
+    /// By when (µs) this request's cost fits there at the latest, with no other request in
+    /// between: a bound no earlier than `until`, which a denial's wait may take (for a cost of
+    /// 1, `until` itself; for a larger one, what the shard said for a cost at least as large,
+    /// else a window from now).
+    pub fits_by: u64,
+}
+
 /// One request's walk over the shards (see the module docs).
 #[derive(Clone, Debug)]
 pub struct Attempt {
     /// The shards still to try, in order (their indices).
     order: Vec<usize>,
     next: usize,
-    /// The shards seen full (tried, or known): when each frees (µs), and which.
-    seen: Vec<(u64, usize)>,
+    /// The shards seen full (tried, or known): when each may free (µs; tried again then), by
+    /// when this request fits there at the latest (µs), and which.
+    seen: Vec<(u64, u64, usize)>,
     /// Tries left for shards that freed while the walk went on.
     retries: usize,
     /// The shard last handed out.
@@ -161,27 +176,28 @@ pub struct Attempt {
 
 impl Attempt {
     /// A walk over `n` shards from `start` at `now` (µs), trying at most `max_tries` of them
-    /// in order; `full_until(i)` is when shard `i` is known to free (if the instance knows it
-    /// full). `Err(earliest)`: every shard is known full until at least `earliest`, deny at once.
+    /// in order; `known(i)` is what the instance knows of shard `i` if it saw it full.
+    /// `Err(fits_by)`: every shard is known full, deny at once; the request fits by then at the
+    /// latest (the earliest of the shards' [`KnownFull::fits_by`]).
     pub fn new(
         n: usize,
         start: usize,
         max_tries: usize,
         now: u64,
-        full_until: impl Fn(usize) -> Option<u64>,
+        known: impl Fn(usize) -> Option<KnownFull>,
     ) -> Result<Self, u64> {
         let mut seen = Vec::new();
         let mut order = Vec::with_capacity(n);
         for k in 0..n {
             let i = (start + k) % n;
-            match full_until(i).filter(|&t| t > now) {
-                Some(t) => seen.push((t, i)),
+            match known(i).filter(|k| k.until > now) {
+                Some(k) => seen.push((k.until, k.fits_by.max(k.until), i)),
                 None if order.len() < max_tries => order.push(i),
                 None => {}
             }
         }
         if order.is_empty() {
-            return Err(seen.iter().map(|&(t, _)| t).min().unwrap_or(now));
+            return Err(seen.iter().map(|&(_, fits, _)| fits).min().unwrap_or(now));
         }
         Ok(Self {
             retries: order.len(),
@@ -209,7 +225,7 @@ impl Attempt {
                 }
                 self.retries -= 1;
                 // Tried again: what it says next replaces what it said.
-                self.seen.swap_remove(k).1
+                self.seen.swap_remove(k).2
             }
         };
         self.last = i;
@@ -219,7 +235,7 @@ impl Attempt {
     /// The shard just tried denied: it had `room` units (less than the cost), and a request
     /// of this cost fits there at `fits_at` (µs).
     pub fn denied(&mut self, fits_at: u64, room: u64) {
-        self.seen.push((fits_at, self.last));
+        self.seen.push((fits_at, fits_at, self.last));
         let last = self.last;
         self.rooms.retain(|&(i, _)| i != last);
         self.rooms.push((last, room));
@@ -247,9 +263,11 @@ impl Attempt {
         (left == 0 && parts.len() > 1).then_some(parts)
     }
 
-    /// The earliest moment (µs) any shard seen full (tried or known) frees, if any was.
+    /// The earliest moment (µs) by which this request fits in a shard seen full (tried or
+    /// known), if any was: a wait that is never shorter than the truth (a split over several
+    /// shards may fit it sooner).
     pub fn earliest(&self) -> Option<u64> {
-        self.seen.iter().map(|&(t, _)| t).min()
+        self.seen.iter().map(|&(_, fits, _)| fits).min()
     }
 }
 
@@ -295,7 +313,12 @@ mod tests {
 
     #[test]
     fn an_attempt_skips_known_full_shards_and_denies_when_all_are() {
-        let full = |i: usize| (i == 1 || i == 2).then_some(500);
+        let full = |i: usize| {
+            (i == 1 || i == 2).then_some(KnownFull {
+                until: 500,
+                fits_by: 500,
+            })
+        };
         let mut a = Attempt::new(4, 1, 4, 100, full).unwrap();
         assert_eq!(a.earliest(), Some(500));
         assert_eq!(a.next_shard(100), Some(3));
@@ -316,14 +339,34 @@ mod tests {
             Attempt::new(4, 1, 4, 500, full).unwrap().order,
             [1, 2, 3, 0]
         );
-        let all = Attempt::new(3, 0, 3, 100, |i| Some(200 + i as u64));
+        let known = |until: u64, fits_by: u64| Some(KnownFull { until, fits_by });
+        let all = Attempt::new(3, 0, 3, 100, |i| known(200 + i as u64, 200 + i as u64));
         assert_eq!(all.unwrap_err(), 200);
+        // The wait is by when the request fits, not when a shard may first change (a cost
+        // above 1 may need more than its oldest entry gone).
+        let all = Attempt::new(3, 0, 3, 100, |i| known(200 + i as u64, 900 - i as u64));
+        assert_eq!(all.unwrap_err(), 898);
+        let mut a = Attempt::new(2, 0, 2, 100, |i| {
+            (i == 0).then_some(KnownFull {
+                until: 200,
+                fits_by: 700,
+            })
+        })
+        .unwrap();
+        assert_eq!(a.next_shard(100), Some(1));
+        a.denied(800, 0);
+        assert_eq!(a.earliest(), Some(700));
+        assert_eq!(
+            a.next_shard(200),
+            Some(0),
+            "tried again once it may have changed"
+        );
         assert_eq!(Attempt::new(4, 2, 1, 0, |_| None).unwrap().order, [2]);
     }
 
     #[test]
     fn a_cost_no_shard_fits_whole_is_split_over_the_largest_rooms() {
-        let mut a = Attempt::new(4, 0, 4, 0, |_| None).unwrap();
+        let mut a = Attempt::new(4, 0, 4, 0, |_| None::<KnownFull>).unwrap();
         for room in [1, 3, 0, 2] {
             a.next_shard(0);
             a.denied(10, room);

@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use tiered_ratelimit::shards::{full_until, Attempt, Rotation, ShardLayout};
+use tiered_ratelimit::shards::{full_until, Attempt, KnownFull, Rotation, ShardLayout};
 
 /// How requests arrive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -290,7 +290,14 @@ fn decide(
 ) -> Option<Vec<(u64, u64)>> {
     let n = shards.len();
     let start = instance.rotation.start(n);
-    let known = |i: usize| p.cache.then(|| instance.full[i]).filter(|&t| t > 0);
+    // (The simulator counts admissions, not waits: a shard's wait is taken as its `until`.)
+    let known = |i: usize| {
+        let until = p.cache.then(|| instance.full[i]).filter(|&t| t > 0)?;
+        Some(KnownFull {
+            until,
+            fits_by: until,
+        })
+    };
     let Ok(mut attempt) = Attempt::new(n, start, p.tries.max(1), now, known) else {
         return None;
     };

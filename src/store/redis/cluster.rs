@@ -33,9 +33,12 @@ impl RedisStore {
         if let (Some(shards), Some(g)) = (shards, global) {
             // Every shard known full: denied before any tier is reserved.
             let now_us = self.cache_now(req);
-            if let Some(wait) =
-                self.all_shards_full(shards, &req.tiers[g], saturating_micros(req.window), now_us)
-            {
+            if let Some(wait) = self.all_shards_full(
+                shards,
+                &req.tiers[g],
+                (saturating_micros(req.window), req.cost),
+                now_us,
+            ) {
                 // As everywhere, a block of an earlier tier answers before a full tier.
                 if let Some((tier, ms)) = self.blocks_of(&req.tiers[..g]).await {
                     let blocked = StoreOutcome::blocked(tier, Duration::from_millis(ms));

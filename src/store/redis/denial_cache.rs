@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 
+use crate::shards::KnownFull;
 use crate::store::TierCheck;
 
 /// At most this many keys are remembered.
@@ -106,16 +107,36 @@ impl DenialCache {
         None
     }
 
-    /// Until when (µs) `key` is remembered to have no room at all, for requests of any cost,
-    /// if it is at `now` (a global shard, skipped until then). Only under the global `limit`
-    /// and `window` it was remembered under: a live reconfiguration changes the shards' caps.
-    pub(crate) fn full_until(&self, key: &str, limit: u64, window: u64, now: u64) -> Option<u64> {
+    /// What is remembered of `key` (a global shard) if it has no room at all at `now` (µs):
+    /// until when it stays so (it is skipped until then), and by when a request of `cost`
+    /// fits there at the latest (a wait that is never shorter than the truth: what Redis said
+    /// for a cost at least as large, else a window and 1 µs from now, when every entry of now
+    /// has left). Only under the global `limit` and `window` it was remembered under: a live
+    /// reconfiguration changes the shards' caps.
+    pub(crate) fn full_until(
+        &self,
+        key: &str,
+        (limit, window): (u64, u64),
+        now: u64,
+        cost: u64,
+    ) -> Option<KnownFull> {
         if !self.live.load(Ordering::Acquire) {
             return None;
         }
         let cached = *self.entries.get(key)?;
         let same = cached.terms.limit == limit && cached.terms.window == window;
-        (same && now < cached.still_until).then_some(cached.still_until)
+        if !same || now >= cached.still_until {
+            return None;
+        }
+        let fits_by = if cost <= cached.terms.cost {
+            cached.fits_at
+        } else {
+            now.saturating_add(window).saturating_add(1)
+        };
+        Some(KnownFull {
+            until: cached.still_until,
+            fits_by: fits_by.max(cached.still_until),
+        })
     }
 
     /// Remembers that `key` has no room, unchanged for `still`, and that a request under

@@ -71,12 +71,13 @@ pub(super) enum Walk {
 
 impl RedisStore {
     /// The wait, if every shard of `tier` (the request's global tier, enforced) is known full
-    /// at `now` (µs) under this `window` (µs): the request is denied with no round trip.
+    /// at `now` (µs, the denial cache's clock) under this `window` (µs), for a request of
+    /// `cost`: the request is denied with no round trip.
     pub(super) fn all_shards_full(
         &self,
         shards: &GlobalShards,
         tier: &TierCheck<'_>,
-        window: u64,
+        (window, cost): (u64, u64),
         now: u64,
     ) -> Option<Duration> {
         if tier.shadow {
@@ -84,9 +85,8 @@ impl RedisStore {
         }
         let n = shards.layout.used(tier.limit);
         let known = |i: usize| {
-            self.inner
-                .denials
-                .full_until(&shards.keys[i], tier.limit, window, now)
+            let terms = (tier.limit, window);
+            (self.inner.denials).full_until(&shards.keys[i], terms, now, cost)
         };
         let until = Attempt::new(n, 0, n, now, known).err()?;
         Some(wait(until, now))
@@ -114,7 +114,8 @@ impl RedisStore {
         let known = |i: usize| {
             let key = &shards.keys[i];
             let window = saturating_micros(req.window);
-            (!tier.shadow).then(|| denials.full_until(key, tier.limit, window, started.1))?
+            let terms = (tier.limit, window);
+            (!tier.shadow).then(|| denials.full_until(key, terms, started.1, req.cost))?
         };
         let start = shards.rotation.start(n);
         let mut attempt = match Attempt::new(n, start, n, started.1, known) {

@@ -60,13 +60,24 @@ fn answers_only_the_same_cost_and_only_while_the_key_cannot_change() {
     cache.remember("k".into(), cost(2), 1_000, 8 * MS, 5 * MS);
     assert_eq!(cache.get("k", cost(2), 1_000), Some(8 * MS));
     assert_eq!(cache.get("k", cost(2), 3_000), Some(6 * MS));
+    let known = |until, fits_by| Some(KnownFull { until, fits_by });
     assert_eq!(
-        cache.full_until("k", 5, 1_000_000, 3_000),
-        Some(6_000),
-        "full for every cost"
+        cache.full_until("k", (5, 1_000_000), 3_000, 2),
+        known(6_000, 9_000),
+        "full for every cost; cost 2 fits when Redis said"
     );
     assert_eq!(
-        cache.full_until("k", 6, 1_000_000, 3_000),
+        cache.full_until("k", (5, 1_000_000), 3_000, 1),
+        known(6_000, 9_000),
+        "a smaller cost fits no later"
+    );
+    assert_eq!(
+        cache.full_until("k", (5, 1_000_000), 3_000, 3),
+        known(6_000, 1_003_001),
+        "a larger cost: by a window from now at the latest"
+    );
+    assert_eq!(
+        cache.full_until("k", (6, 1_000_000), 3_000, 2),
         None,
         "not under another limit"
     );
