@@ -113,6 +113,22 @@ async fn a_permission_missing_only_at_the_first_check_is_a_configuration_error_t
     assert_eq!(cause.reason(), "config");
 }
 
+/// A single server's URL (no `redis-cluster://`, no `cluster = true`) that reaches a Redis
+/// Cluster node: refused at start as a configuration error (an outside audit: it started, then
+/// fell back at the first check over several tiers with `CROSSSLOT`, logged as an outage).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_server_url_for_a_cluster_node_is_a_configuration_error() {
+    let server = RedisServer::start_with(&["--cluster-enabled", "yes"]);
+    assert_misconfigured(config(server.url()), |e| {
+        matches!(e, ConnectError::InvalidSettings { message } if message.contains("cluster_enabled:1"))
+    })
+    .await;
+    let error = RateLimiter::try_connect(config(server.url()))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("redis-cluster://"), "{error}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_database_is_a_configuration_error() {
     let server = RedisServer::start_with(&["--databases", "16"]);

@@ -226,13 +226,23 @@ impl Connections {
             let router = self.client.init().await?;
             self.keep_router(router);
             self.script.load(&self.client).await?;
-            Ok::<_, FredError>(replica_of(&self.client).await)
+            if let Some(master) = replica_of(&self.client).await {
+                return Ok(Some(ConnectError::ReadOnlyReplica {
+                    message: format!("ROLE: the server is a replica{master}, not the master"),
+                }));
+            }
+            Ok::<_, FredError>(cluster_node(&self.client).await.then(|| {
+                ConnectError::InvalidSettings {
+                    message: "INFO cluster: the server is a Redis Cluster node \
+                              (cluster_enabled:1), and the URL names a single server: \
+                              every check over several keys would fail with CROSSSLOT"
+                        .to_owned(),
+                }
+            }))
         })
         .await;
         match connected {
-            Ok(Ok(Some(master))) => Err(ConnectError::ReadOnlyReplica {
-                message: format!("ROLE: the server is a replica{master}, not the master"),
-            }),
+            Ok(Ok(Some(wrong))) => Err(wrong),
             Ok(Ok(None)) => {
                 if !self.closed.load(Ordering::Acquire) {
                     self.listen_for_invalidations(deadline - self.connect_timeout / 4)
@@ -327,6 +337,19 @@ async fn replica_of(client: &Client) -> Option<String> {
         (Some(host), Some(port)) => format!(" of {host}:{port}"),
         _ => String::new(),
     })
+}
+
+/// Whether a client that is not a cluster client reached a Redis Cluster node (`INFO
+/// cluster` says `cluster_enabled:1`): a script over keys in several slots fails there with
+/// `CROSSSLOT` even when the node holds every slot. `false` when the server cannot tell (no
+/// such section, or the user may not run `INFO`).
+async fn cluster_node(client: &Client) -> bool {
+    if client.is_clustered() {
+        return false;
+    }
+    let reply: Result<String, FredError> =
+        client.custom(ask::custom("INFO"), vec!["cluster"]).await;
+    reply.is_ok_and(|info| info.lines().any(|l| l.trim() == "cluster_enabled:1"))
 }
 
 impl Drop for Connections {
