@@ -53,6 +53,11 @@ impl GlobalShards {
     pub(super) fn keys(&self) -> &[String] {
         &self.keys
     }
+
+    /// The keys a global tier of `limit` uses (the first `ShardLayout::used` of them).
+    pub(super) fn used_keys(&self, limit: u64) -> &[String] {
+        &self.keys[..self.layout.used(limit).min(self.keys.len())]
+    }
 }
 
 /// How the walk over the global shards ended.

@@ -13,7 +13,9 @@ use crate::clock::saturating_micros;
 use crate::tier::Tier;
 
 /// The read-only script, run with EVALSHA (and loaded on NOSCRIPT).
-static USAGE: LazyLock<Script> = LazyLock::new(|| Script::from_lua(include_str!("usage.lua")));
+static USAGE: LazyLock<Script> = LazyLock::new(|| Script::from_lua(USAGE_SOURCE));
+
+const USAGE_SOURCE: &str = include_str!("usage.lua");
 
 impl RedisStore {
     /// What each tier of `req` holds, within the command timeout.
@@ -37,10 +39,10 @@ impl RedisStore {
         let now = script::now_arg(self.inner.time_source, req);
         let args = vec![now, saturating_micros(req.window).to_string()];
         let window = saturating_micros(req.window);
-        // Each tier's keys: its one key, or on a cluster with global shards every shard key
-        // of the global tier (its units are theirs, summed).
+        // Each tier's keys: its one key, or on a cluster with global shards the shard keys the
+        // global tier's checks use under this limit (its units are theirs, summed).
         let keys_of = |t: &TierCheck<'_>| match (&self.inner.global, t.tier) {
-            (Some(shards), Tier::Global) => shards.keys().to_vec(),
+            (Some(shards), Tier::Global) => shards.used_keys(t.limit).to_vec(),
             _ => vec![self.key(t.tier, t.id)],
         };
         // One call over every key on a single node; on a cluster one per key, on its node.
@@ -64,6 +66,7 @@ impl RedisStore {
             let first = send().await;
             let command = Redirected::Script {
                 sha: USAGE.sha1(),
+                lua: USAGE_SOURCE,
                 args: &args,
             };
             let reply: Vec<Value> = (inner.follow(&keys[0], command, first, send).await)
