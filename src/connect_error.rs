@@ -273,6 +273,15 @@ mod classify {
             if has("DB index is out of range") || has("invalid DB index") {
                 return Self::NoSuchDatabase { message };
             }
+            if has("CROSSSLOT") {
+                // A script over keys of several slots: the URL names one server, and reached a
+                // Redis Cluster node (one holding every slot is taken at start).
+                return Self::InvalidSettings {
+                    message: format!(
+                        "{message} (the URL names one server, and reached a Redis Cluster node)"
+                    ),
+                };
+            }
             if has("READONLY") {
                 // The server the connection reached refuses writes now: most often a failover
                 // that demoted it (an address that follows the master reconnects to the new

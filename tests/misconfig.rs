@@ -129,6 +129,52 @@ async fn a_single_server_url_for_a_cluster_node_is_a_configuration_error() {
     assert!(error.to_string().contains("redis-cluster://"), "{error}");
 }
 
+/// A cluster of one node that holds every slot is taken with a single server's URL (every key
+/// is there; a review: a one-tier config works). A check over several tiers then fails with
+/// `CROSSSLOT`: a configuration error, logged as one, not an outage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_node_cluster_holding_every_slot_is_taken_and_crossslot_is_a_configuration_error() {
+    let server = RedisServer::start_with(&["--cluster-enabled", "yes"]);
+    assert_eq!(
+        server
+            .cli(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"])
+            .trim(),
+        "OK"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !server
+        .cli(&["CLUSTER", "INFO"])
+        .contains("cluster_state:ok")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cluster never came up"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let one_tier = RateLimiter::try_connect(config(server.url()))
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        assert!(one_tier.check("alice", "/items").await.allowed());
+    }
+    assert!(!one_tier.check("alice", "/items").await.allowed());
+    assert_eq!(one_tier.backend(), Backend::Redis);
+    let three_tiers = limits(5, 10, 20, MINUTE)
+        .redis_url(server.url())
+        .redis_command_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let limiter = RateLimiter::try_connect(three_tiers).await.unwrap();
+    assert!(limiter.check("bob", "/items").await.allowed(), "answered");
+    let cause = limiter.fallback_cause().expect("fell back");
+    assert!(
+        matches!(&cause, ConnectError::InvalidSettings { message } if message.contains("CROSSSLOT")),
+        "{cause:?}"
+    );
+    assert!(cause.is_config(), "{cause:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_database_is_a_configuration_error() {
     let server = RedisServer::start_with(&["--databases", "16"]);

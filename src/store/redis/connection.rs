@@ -233,9 +233,10 @@ impl Connections {
             }
             Ok::<_, FredError>(cluster_node(&self.client).await.then(|| {
                 ConnectError::InvalidSettings {
-                    message: "INFO cluster: the server is a Redis Cluster node \
-                              (cluster_enabled:1), and the URL names a single server: \
-                              every check over several keys would fail with CROSSSLOT"
+                    message: "INFO cluster: the server is a node of a Redis Cluster \
+                              (cluster_enabled:1), and the URL names a single server: keys \
+                              on other masters would answer MOVED, and every check over \
+                              several keys would fail with CROSSSLOT"
                         .to_owned(),
                 }
             }))
@@ -339,9 +340,11 @@ async fn replica_of(client: &Client) -> Option<String> {
     })
 }
 
-/// Whether a client that is not a cluster client reached a Redis Cluster node (`INFO
-/// cluster` says `cluster_enabled:1`): a script over keys in several slots fails there with
-/// `CROSSSLOT` even when the node holds every slot. `false` when the server cannot tell (no
+/// Whether a client that is not a cluster client reached a node of a Redis Cluster of several
+/// masters (`INFO cluster` says `cluster_enabled:1`, and `CLUSTER INFO` that the node does not
+/// hold every slot alone): most keys would answer MOVED. A cluster of one node holding every
+/// slot is taken (a review: a one-tier config works there); a check over several tiers then
+/// fails with `CROSSSLOT`, a configuration error. `false` when the server cannot tell (no
 /// such section, or the user may not run `INFO`).
 async fn cluster_node(client: &Client) -> bool {
     if client.is_clustered() {
@@ -349,7 +352,21 @@ async fn cluster_node(client: &Client) -> bool {
     }
     let reply: Result<String, FredError> =
         client.custom(ask::custom("INFO"), vec!["cluster"]).await;
-    reply.is_ok_and(|info| info.lines().any(|l| l.trim() == "cluster_enabled:1"))
+    if !reply.is_ok_and(|info| info.lines().any(|l| l.trim() == "cluster_enabled:1")) {
+        return false;
+    }
+    let info: Result<String, FredError> = client.custom(ask::custom("CLUSTER"), vec!["INFO"]).await;
+    let Ok(info) = info else {
+        return true;
+    };
+    let field = |name: &str| {
+        (info.lines())
+            .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    let alone = field("cluster_known_nodes") == Some(1);
+    let every_slot = field("cluster_slots_assigned") == Some(u64::from(crate::shards::SLOTS));
+    !(alone && every_slot)
 }
 
 impl Drop for Connections {
