@@ -11,7 +11,7 @@ use fred::prelude::{
 use fred::types::config::TcpConfig;
 use fred::types::Value;
 
-use super::super::StoreError;
+use super::super::{Store, StoreError, StoreOutcome, StoreRequest, TierCheck};
 use super::{ask, Connections, RedisStore};
 use crate::config::RedisConfig;
 use crate::connect_error::ConnectError;
@@ -198,6 +198,28 @@ impl RedisStore {
             };
         }
         cause
+    }
+
+    /// Whether the store answers a check: connected, and the script runs (a check that can
+    /// record nothing: a cost of 2 against a limit of 1 on a key no id can name,
+    /// `<prefix>:user:%probe`). A connection alone says nothing of a Redis over `maxmemory`,
+    /// an ACL that forbids `EVALSHA`, or writes paused: the recovery's probe asks this, and
+    /// once swapped back on a connection only, a limiter fell back again at once, over and
+    /// over, each time onto an empty memory store (an outside audit: 80 admitted in a window
+    /// of a limit of 5).
+    pub(crate) async fn answers_a_check(&self) -> bool {
+        if !self.wait_connected().await {
+            return false;
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let tiers = [TierCheck::new(crate::tier::Tier::User, "%probe", 1)];
+        let request = StoreRequest::new(now, Duration::from_secs(1), 2, &tiers);
+        matches!(
+            Store::check(self, &request).await,
+            Ok(StoreOutcome::Denied { .. })
+        )
     }
 
     /// Whether fred reported a connection error since the store was made (read without taking
