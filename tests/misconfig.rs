@@ -44,6 +44,47 @@ async fn assert_misconfigured(config: RateLimitConfig, want: fn(&ConnectError) -
     assert!(error.message().is_some_and(|m| !m.is_empty()));
 }
 
+/// A password set under a running limiter: its next connection is refused (NOAUTH), and the
+/// fallback says so, as a configuration error with the fix, not "unreachable" (an outside
+/// audit got the fix for a dead host). The kill stands in for an idle timeout or a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_set_while_running_is_a_configuration_error() {
+    let server = RedisServer::start();
+    let config = limits(5, 0, 0, MINUTE)
+        .redis_url(server.url())
+        .redis_command_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let limiter = RateLimiter::try_connect(config).await.unwrap();
+    assert!(limiter.check("alice", "/items").await.allowed());
+    server.cli(&["CONFIG", "SET", "requirepass", "newpw"]);
+    server.cli(&[
+        "-a",
+        "newpw",
+        "--no-auth-warning",
+        "CLIENT",
+        "KILL",
+        "TYPE",
+        "normal",
+    ]);
+    server.cli(&[
+        "-a",
+        "newpw",
+        "--no-auth-warning",
+        "CLIENT",
+        "KILL",
+        "TYPE",
+        "pubsub",
+    ]);
+    assert!(limiter.check("alice", "/items").await.allowed(), "answered");
+    let cause = limiter.fallback_cause().expect("fell back");
+    assert!(
+        matches!(cause, ConnectError::NoPassword { .. }),
+        "{cause:?}"
+    );
+    assert!(cause.is_config());
+}
+
 /// A server that wants the password `secret` (set after start: the helper's PING is plain).
 fn server_with_password() -> RedisServer {
     let server = RedisServer::start();

@@ -190,14 +190,23 @@ impl RedisStore {
             cause,
             ConnectError::Timeout { .. } | ConnectError::Other { .. }
         );
-        if after_loss && self.lost_a_connection() {
-            return ConnectError::Unreachable {
+        if !after_loss {
+            return cause;
+        }
+        match self.last_connection_error() {
+            // A reconnection Redis refused for the settings (a password changed under a
+            // running service, a permission taken away): that, not "unreachable" (an outside
+            // audit got the fix for a dead host after `CONFIG SET requirepass`).
+            Some(lost) if ConnectError::from_fred(&lost, self.inner.tls, timeout).is_config() => {
+                ConnectError::from_fred(&lost, self.inner.tls, timeout)
+            }
+            Some(_) => ConnectError::Unreachable {
                 message: format!(
                     "the connection was lost, and the check failed after it within {timeout:?}"
                 ),
-            };
+            },
+            None => cause,
         }
-        cause
     }
 
     /// Whether the store answers a check: connected, and the script runs (a check that can
@@ -222,10 +231,21 @@ impl RedisStore {
         )
     }
 
-    /// Whether fred reported a connection error since the store was made (read without taking
-    /// it: every failed check that asks gets the same answer).
-    fn lost_a_connection(&self) -> bool {
-        !self.inner.connection_errors.is_empty()
+    /// The last connection error fred reported since the store was made, if any (kept: every
+    /// failed check that asks gets the same answer, or a later one).
+    fn last_connection_error(&self) -> Option<FredError> {
+        let mut errors = (self.inner.connection_errors)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let (rx, last) = &mut *errors;
+        loop {
+            match rx.try_recv() {
+                Ok((error, _)) => *last = Some(error),
+                Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => {}
+                Err(_) => break,
+            }
+        }
+        last.clone()
     }
 
     /// Closes the connection in the background (after a fallback, say).

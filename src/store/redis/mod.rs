@@ -116,9 +116,9 @@ struct Connections {
     start_error: OnceLock<ConnectError>,
     /// Whether the URL asks for TLS.
     tls: bool,
-    /// fred's connection errors (a connection closed under it, say), kept unread: only
-    /// [`cause_of`](RedisStore::cause_of) asks whether one arrived.
-    connection_errors: ConnectionErrors,
+    /// fred's connection errors (a connection closed under it, a reconnection refused), and
+    /// the last one read: only [`cause_of`](RedisStore::cause_of) asks.
+    connection_errors: std::sync::Mutex<(ConnectionErrors, Option<FredError>)>,
     /// Cluster with `global_shards > 1` only: the global tier's shard keys (see `sharded`).
     global: Option<sharded::GlobalShards>,
     /// Cluster only: the connections that follow ASK redirections (see `ask`).
@@ -182,7 +182,7 @@ impl RedisStore {
                 started: AtomicBool::new(failed),
                 start_error,
                 tls: connection::uses_tls(config),
-                connection_errors,
+                connection_errors: std::sync::Mutex::new((connection_errors, None)),
             }),
         };
         store.start();
