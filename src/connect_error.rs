@@ -273,6 +273,19 @@ mod classify {
             if has("DB index is out of range") || has("invalid DB index") {
                 return Self::NoSuchDatabase { message };
             }
+            if has("OOM command not allowed") {
+                return Self::Other {
+                    message: format!(
+                        "{message} (Redis is over its maxmemory and evicts nothing: raise \
+                         maxmemory, or set an eviction policy for other data)"
+                    ),
+                };
+            }
+            if has("max number of clients reached") {
+                return Self::Other {
+                    message: format!("{message} (raise Redis's maxclients)"),
+                };
+            }
             if has("CROSSSLOT") {
                 // A script over keys of several slots: the URL names one server, and reached a
                 // Redis Cluster node (one holding every slot is taken at start).
@@ -342,6 +355,37 @@ mod classify {
             Self::Other {
                 message: error.to_string(),
             }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        fn sorted(message: &str) -> ConnectError {
+            let error = FredError::new(ErrorKind::Unknown, message.to_owned());
+            ConnectError::from_fred(&error, false, Duration::from_secs(1))
+        }
+
+        /// Redis's replies a limiter meets mid-run, each with a cause that names the fix (an
+        /// outside audit: an OOM, a full `maxclients` and a `CROSSSLOT` said only "see the
+        /// message", and a `CROSSSLOT` was an outage).
+        #[test]
+        fn replies_met_mid_run_name_their_fix() {
+            let oom = sorted("OOM command not allowed when used memory > 'maxmemory'.");
+            assert!(oom.to_string().contains("raise maxmemory"), "{oom}");
+            assert!(!oom.is_config());
+            let full = sorted("ERR max number of clients reached");
+            assert!(
+                full.to_string().contains("raise Redis's maxclients"),
+                "{full}"
+            );
+            let crossslot = sorted("CROSSSLOT Keys in request don't hash to the same slot");
+            assert!(crossslot.is_config(), "{crossslot:?}");
+            assert!(
+                crossslot.to_string().contains("redis-cluster://"),
+                "{crossslot}"
+            );
         }
     }
 }
