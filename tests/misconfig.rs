@@ -85,6 +85,62 @@ async fn a_password_set_while_running_is_a_configuration_error() {
     assert!(cause.is_config());
 }
 
+/// A connection error met while a password was being changed, then put back, is not the cause
+/// of a later, unrelated timeout (a review: a NOAUTH from before a reconnection that worked was
+/// blamed for a pause, an ERROR telling the operator to set a password).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_error_from_before_a_reconnection_is_not_a_later_cause() {
+    let server = RedisServer::start();
+    let config = limits(5, 0, 0, MINUTE)
+        .redis_url(server.url())
+        .redis_command_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let limiter = RateLimiter::try_connect(config).await.unwrap();
+    assert!(limiter.check("alice", "/items").await.allowed());
+    server.cli(&["CONFIG", "SET", "requirepass", "newpw"]);
+    for kind in ["normal", "pubsub"] {
+        server.cli(&[
+            "-a",
+            "newpw",
+            "--no-auth-warning",
+            "CLIENT",
+            "KILL",
+            "TYPE",
+            kind,
+        ]);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.cli(&[
+        "-a",
+        "newpw",
+        "--no-auth-warning",
+        "CONFIG",
+        "SET",
+        "requirepass",
+        "",
+    ]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let answered = limiter.check("alice", "/items").await.allowed();
+        if limiter.backend() == Backend::Redis && answered {
+            break;
+        }
+        assert_eq!(
+            limiter.backend(),
+            Backend::Redis,
+            "{:?}",
+            limiter.fallback_cause()
+        );
+        assert!(std::time::Instant::now() < deadline, "never reconnected");
+    }
+    server.cli(&["CLIENT", "PAUSE", "2000", "ALL"]);
+    assert!(limiter.check("alice", "/items").await.allowed(), "answered");
+    let cause = limiter.fallback_cause().expect("fell back");
+    assert!(matches!(cause, ConnectError::Timeout { .. }), "{cause:?}");
+}
+
 /// A server that wants the password `secret` (set after start: the helper's PING is plain).
 fn server_with_password() -> RedisServer {
     let server = RedisServer::start();

@@ -109,32 +109,76 @@ async fn limiter(config: RateLimitConfig) -> (RateLimiter, Changes) {
     (limiter, changes)
 }
 
-/// A Redis that connects but refuses every check (here: an ACL without `EVALSHA`; the same for
-/// one over `maxmemory`, or with writes paused) is not swapped back in: the probe runs a check.
-/// Once swapped back on a connection alone, the limiter fell back again at once, over and
-/// over, each time onto an empty memory store (an outside audit: 80 admitted in a window of a
-/// limit of 5). When Redis answers checks again, the recovery comes back.
+/// A Redis that connects but refuses checks (an ACL without `EVALSHA`, or without `ZADD`,
+/// which only an admitted check runs; the same for one over `maxmemory`, or with writes paused)
+/// is not swapped back in: the probe runs an admitted check. Once swapped back on a connection
+/// alone, the limiter fell back again at once, over and over, each time onto an empty memory
+/// store (an outside audit: 80 admitted in a window of a limit of 5; a review found a probe
+/// that was denied, and so never wrote, passing under `-zadd`: 72 of 5). When Redis answers
+/// checks again, the recovery comes back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_recovery_swaps_back_only_to_a_redis_that_answers_a_check() {
-    let server = RedisServer::start();
-    let (l, changes) = limiter(config(server.url(), Duration::from_secs(2), (50, 100))).await;
-    assert!(l.check("alice", "/").await.allowed());
-    server.cli(&["ACL", "SETUSER", "default", "-evalsha"]);
+    for refused in ["evalsha", "zadd"] {
+        let server = RedisServer::start();
+        let (l, changes) = limiter(config(server.url(), Duration::from_secs(2), (50, 100))).await;
+        assert!(l.check("alice", "/").await.allowed());
+        server.cli(&["ACL", "SETUSER", "default", &format!("-{refused}")]);
+        let admitted = hammer(&l, "alice", Duration::from_millis(1_500)).await;
+        assert_eq!(
+            *changes.lock().unwrap(),
+            [Backend::Memory],
+            "-{refused}: no swap back"
+        );
+        assert_eq!(admitted, 5, "-{refused}: one memory store, one limit");
+        server.cli(&["ACL", "SETUSER", "default", &format!("+{refused}")]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while l.backend() != Backend::Redis {
+            assert!(Instant::now() < deadline, "-{refused}: never recovered");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(*changes.lock().unwrap(), [Backend::Memory, Backend::Redis]);
+    }
+}
+
+/// Checks `user` every 5 ms for `time`: how many were admitted.
+async fn hammer(l: &RateLimiter, user: &str, time: Duration) -> usize {
     let mut admitted = 0;
     let started = Instant::now();
-    while started.elapsed() < Duration::from_millis(1_500) {
-        admitted += usize::from(l.check("alice", "/").await.allowed());
+    while started.elapsed() < time {
+        admitted += usize::from(l.check(user, "/").await.allowed());
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    admitted
+}
+
+/// On a cluster every master has its own `maxmemory`: the probe runs a check on each master
+/// that holds slots, not only on its key's (a review: one master over `maxmemory`, the global
+/// key's, and the limiter swapped back four times in 1.5 s, 20 admitted of 5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_the_recovery_probes_every_master() {
+    let cluster = common::RedisCluster::start();
+    let config = limits(5, 0, 1_000, MINUTE)
+        .key_prefix("probes")
+        .redis_url(cluster.url())
+        .redis_time_source(TimeSource::App)
+        .redis_command_timeout(Duration::from_secs(2))
+        .redis_connect_timeout(Duration::from_secs(10))
+        .redis_recovery(Duration::from_millis(50), Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let (l, changes) = limiter(config).await;
+    assert!(l.check("alice", "/").await.allowed());
+    let full = cluster.owner_of("probes:global");
+    assert_ne!(
+        full,
+        cluster.owner_of("probes:user:%probe"),
+        "pick another prefix"
+    );
+    cluster.nodes[full].cli(&["CONFIG", "SET", "maxmemory", "1"]);
+    let admitted = hammer(&l, "alice", Duration::from_millis(1_500)).await;
     assert_eq!(*changes.lock().unwrap(), [Backend::Memory], "no swap back");
     assert_eq!(admitted, 5, "one memory store, one limit");
-    server.cli(&["ACL", "SETUSER", "default", "+evalsha"]);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while l.backend() != Backend::Redis {
-        assert!(Instant::now() < deadline, "never recovered");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(*changes.lock().unwrap(), [Backend::Memory, Backend::Redis]);
+    cluster.nodes[full].cli(&["CONFIG", "SET", "maxmemory", "0"]);
 }
 
 /// A check that met a failure after the recovery had already swapped a new Redis store in

@@ -11,7 +11,7 @@ use fred::prelude::{
 use fred::types::config::TcpConfig;
 use fred::types::Value;
 
-use super::super::{Store, StoreError, StoreOutcome, StoreRequest, TierCheck};
+use super::super::StoreError;
 use super::{ask, Connections, RedisStore};
 use crate::config::RedisConfig;
 use crate::connect_error::ConnectError;
@@ -193,6 +193,13 @@ impl RedisStore {
         if !after_loss {
             return cause;
         }
+        // A connection error is the cause only while fred has not connected since: one from
+        // before a reconnection that worked says nothing of this failure (a review: a NOAUTH
+        // met while a password was being changed, then fixed, was blamed for a pause later).
+        if self.inner.client.is_connected() {
+            self.last_connection_error();
+            return cause;
+        }
         match self.last_connection_error() {
             // A reconnection Redis refused for the settings (a password changed under a
             // running service, a permission taken away): that, not "unreachable" (an outside
@@ -207,28 +214,6 @@ impl RedisStore {
             },
             None => cause,
         }
-    }
-
-    /// Whether the store answers a check: connected, and the script runs (a check that can
-    /// record nothing: a cost of 2 against a limit of 1 on a key no id can name,
-    /// `<prefix>:user:%probe`). A connection alone says nothing of a Redis over `maxmemory`,
-    /// an ACL that forbids `EVALSHA`, or writes paused: the recovery's probe asks this, and
-    /// once swapped back on a connection only, a limiter fell back again at once, over and
-    /// over, each time onto an empty memory store (an outside audit: 80 admitted in a window
-    /// of a limit of 5).
-    pub(crate) async fn answers_a_check(&self) -> bool {
-        if !self.wait_connected().await {
-            return false;
-        }
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        let tiers = [TierCheck::new(crate::tier::Tier::User, "%probe", 1)];
-        let request = StoreRequest::new(now, Duration::from_secs(1), 2, &tiers);
-        matches!(
-            Store::check(self, &request).await,
-            Ok(StoreOutcome::Denied { .. })
-        )
     }
 
     /// The last connection error fred reported since the store was made, if any (kept: every
@@ -384,8 +369,8 @@ async fn replica_of(client: &Client) -> Option<String> {
 
 /// Whether a client that is not a cluster client reached a node of a Redis Cluster of several
 /// masters (`INFO cluster` says `cluster_enabled:1`, and `CLUSTER INFO` that the node does not
-/// hold every slot alone): most keys would answer MOVED. A cluster of one node holding every
-/// slot is taken (a review: a one-tier config works there); a check over several tiers then
+/// hold every slot alone): most keys would answer MOVED. A cluster of one master holding every
+/// slot (with replicas or not) is taken (a review: a one-tier config works there); a check over several tiers then
 /// fails with `CROSSSLOT`, a configuration error. `false` when the server cannot tell (no
 /// such section, or the user may not run `INFO`).
 async fn cluster_node(client: &Client) -> bool {
@@ -406,7 +391,8 @@ async fn cluster_node(client: &Client) -> bool {
             .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
             .and_then(|v| v.trim().parse::<u64>().ok())
     };
-    let alone = field("cluster_known_nodes") == Some(1);
+    // `cluster_size`: the masters that hold slots (its replicas do not count).
+    let alone = field("cluster_size") == Some(1);
     let every_slot = field("cluster_slots_assigned") == Some(u64::from(crate::shards::SLOTS));
     !(alone && every_slot)
 }

@@ -41,6 +41,7 @@ mod connection;
 
 mod denial_cache;
 mod invalidation;
+mod probe;
 mod reply;
 mod rollback;
 mod script;
