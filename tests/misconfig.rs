@@ -270,6 +270,26 @@ async fn a_one_node_cluster_holding_every_slot_is_taken_and_crossslot_is_a_confi
         "{cause:?}"
     );
     assert!(cause.is_config(), "{cause:?}");
+    // A master without slots beside it is no such cluster's master: refused (a review: taken,
+    // and its first check fell back on a MOVED, as an outage).
+    let empty = RedisServer::start_with(&["--cluster-enabled", "yes"]);
+    let port = empty.port().to_string();
+    assert_eq!(
+        server.cli(&["CLUSTER", "MEET", "127.0.0.1", &port]).trim(),
+        "OK"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !empty.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok") {
+        assert!(std::time::Instant::now() < deadline, "never joined");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let error = RateLimiter::try_connect(config(empty.url()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ConnectError::InvalidSettings { .. }),
+        "{error:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

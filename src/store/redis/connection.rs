@@ -370,7 +370,7 @@ async fn replica_of(client: &Client) -> Option<String> {
 /// Whether a client that is not a cluster client reached a node of a Redis Cluster of several
 /// masters (`INFO cluster` says `cluster_enabled:1`, and `CLUSTER INFO` that the node does not
 /// hold every slot alone): most keys would answer MOVED. A cluster of one master holding every
-/// slot (with replicas or not) is taken (a review: a one-tier config works there); a check over several tiers then
+/// slot (with replicas or not), reached at that master, is taken (a review: a one-tier config works there); a check over several tiers then
 /// fails with `CROSSSLOT`, a configuration error. `false` when the server cannot tell (no
 /// such section, or the user may not run `INFO`).
 async fn cluster_node(client: &Client) -> bool {
@@ -394,7 +394,19 @@ async fn cluster_node(client: &Client) -> bool {
     // `cluster_size`: the masters that hold slots (its replicas do not count).
     let alone = field("cluster_size") == Some(1);
     let every_slot = field("cluster_slots_assigned") == Some(u64::from(crate::shards::SLOTS));
-    !(alone && every_slot)
+    if !(alone && every_slot) {
+        return true;
+    }
+    // And that master is the node the URL names (not a master without slots beside it: a
+    // review).
+    let nodes: Result<String, FredError> =
+        client.custom(ask::custom("CLUSTER"), vec!["NODES"]).await;
+    let holds_slots = |mine: &str| mine.split(' ').skip(8).any(|f| !f.starts_with('['));
+    !nodes.is_ok_and(|nodes| {
+        (nodes.lines())
+            .find(|l| l.contains("myself"))
+            .is_some_and(holds_slots)
+    })
 }
 
 impl Drop for Connections {

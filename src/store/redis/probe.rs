@@ -8,11 +8,12 @@
 //! (`<prefix>:user:%probe`: encoded ids hold `%` only before two hex digits); its entry leaves
 //! with the key's expiry a moment later. On a cluster every master has its own `maxmemory`,
 //! ACLs and pauses, so it runs one such check on each master that holds slots, each key in a
-//! slot of that master (a hash tag: `%probe{p<k>}`, braces no encoded id holds).
+//! slot of that master (a hash tag of three characters, `%probe{xyz}`: braces no encoded id
+//! holds).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fred::prelude::{ClientLike, Error as FredError};
+use fred::prelude::{ClientLike, Error as FredError, Value};
 
 use super::super::{Store, StoreOutcome, StoreRequest, TierCheck};
 use super::{ask, RedisStore};
@@ -55,44 +56,62 @@ impl RedisStore {
     }
 
     /// One probe id per master holding slots, its key in a slot of that master (`None`: the
-    /// cluster could not tell).
+    /// cluster could not tell, or a master's slot has no tag). From `CLUSTER SLOTS`, which
+    /// routing needs anyway (an ACL that refuses `CLUSTER NODES` left a limiter on memory for
+    /// good: a review).
     async fn probe_ids(&self) -> Option<Vec<String>> {
-        let nodes: Result<String, FredError> = (self.inner.client)
-            .custom(ask::custom("CLUSTER"), vec!["NODES"])
+        let slots: Result<Value, FredError> = (self.inner.client)
+            .custom(ask::custom("CLUSTER"), vec!["SLOTS"])
             .await;
-        let ranges = first_ranges(&nodes.ok()?);
-        Some(ranges.into_iter().filter_map(probe_id_in).collect())
+        first_slots(slots.ok()?)
+            .into_iter()
+            .map(probe_id_for)
+            .collect()
     }
 }
 
-/// The first slot range of each master in `nodes` (a `CLUSTER NODES` reply) that holds slots.
-fn first_ranges(nodes: &str) -> Vec<(u16, u16)> {
-    let mut ranges = Vec::new();
-    for line in nodes.lines() {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let master = fields
-            .get(2)
-            .is_some_and(|flags| flags.split(',').any(|f| f == "master"));
-        // Fields 8 and on: `start-end`, `slot`, or a migration in brackets.
-        let range = fields.iter().skip(8).find_map(|f| {
-            let (start, end) = f.split_once('-').unwrap_or((f, f));
-            Some((start.parse().ok()?, end.parse().ok()?))
+/// The first slot of each master in a `CLUSTER SLOTS` reply (`[[start, end, [host, port,
+/// id, ..], replicas..], ..]`), a master named by its address.
+fn first_slots(reply: Value) -> Vec<u16> {
+    let mut firsts: Vec<(String, u16)> = Vec::new();
+    for range in reply.into_array() {
+        let range = range.into_array();
+        let start = range.first().and_then(Value::as_i64);
+        let master = range.get(2).map(|m| {
+            let m = m.clone().into_array();
+            let part = |i: usize| m.get(i).and_then(Value::as_string).unwrap_or_default();
+            format!("{}:{}", part(0), part(1))
         });
-        if let (true, Some(range)) = (master, range) {
-            ranges.push(range);
+        let (Some(start), Some(master)) = (start.and_then(|s| u16::try_from(s).ok()), master)
+        else {
+            continue;
+        };
+        match firsts.iter_mut().find(|(m, _)| *m == master) {
+            Some((_, first)) => *first = (*first).min(start),
+            None => firsts.push((master, start)),
         }
     }
-    ranges
+    firsts.into_iter().map(|(_, first)| first).collect()
 }
 
-/// A probe id whose key's hash tag falls in `start..=end`.
-fn probe_id_in((start, end): (u16, u16)) -> Option<String> {
-    (0..u32::from(SLOTS) * 4).find_map(|k| {
-        let tag = format!("p{k}");
-        let slot = crc16(tag.as_bytes()) % SLOTS;
-        (start..=end)
-            .contains(&slot)
-            .then(|| format!("%probe{{{tag}}}"))
+/// The characters of a probe key's hash tag.
+const TAG_CHARS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_-";
+
+/// The `n`-th three-character tag.
+fn tag(n: usize) -> [u8; 3] {
+    let c = |i: usize| TAG_CHARS[(n / TAG_CHARS.len().pow(i as u32)) % TAG_CHARS.len()];
+    [c(0), c(1), c(2)]
+}
+
+/// A probe id whose key's hash tag falls in `slot` (three characters reach every slot: a unit
+/// test checks it; decimal tags up to 65,535 missed 888 of them, slot 0 among them).
+fn probe_id_for(slot: u16) -> Option<String> {
+    (0..TAG_CHARS.len().pow(3)).find_map(|n| {
+        let tag = tag(n);
+        (crc16(&tag) % SLOTS == slot).then(|| {
+            let tag = std::str::from_utf8(&tag).unwrap_or_default();
+            format!("%probe{{{tag}}}")
+        })
     })
 }
 
@@ -101,20 +120,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_probe_key_is_found_in_every_masters_first_range() {
-        let nodes = "\
-a 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460 [100->-b]
-b 127.0.0.1:7001@17001 master - 0 0 2 connected 5461-10922
-c 127.0.0.1:7002@17002 master - 0 0 3 connected 10923-16383
-d 127.0.0.1:7003@17003 slave a 0 0 1 connected
-e 127.0.0.1:7004@17004 master - 0 0 0 connected
-f 127.0.0.1:7005@17005 master - 0 0 4 connected 42";
-        let ranges = first_ranges(nodes);
-        assert_eq!(ranges, [(0, 5460), (5461, 10922), (10923, 16383), (42, 42)]);
-        for range in ranges {
-            let id = probe_id_in(range).unwrap();
-            let slot = crate::shards::slot(&format!("rate_limit:user:{id}"));
-            assert!((range.0..=range.1).contains(&slot), "{id} in {range:?}");
+    fn every_slot_has_a_probe_tag() {
+        let mut reached = vec![false; usize::from(SLOTS)];
+        for n in 0..TAG_CHARS.len().pow(3) {
+            reached[usize::from(crc16(&tag(n)) % SLOTS)] = true;
         }
+        assert!(
+            reached.iter().all(|&r| r),
+            "{} slots unreached",
+            reached.iter().filter(|r| !**r).count()
+        );
+        for slot in [0, 23, 50, 5460, 5461, 16383] {
+            let id = probe_id_for(slot).unwrap();
+            assert_eq!(
+                crate::shards::slot(&format!("rate_limit:user:{id}")),
+                slot,
+                "{id}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_first_slot_of_each_master_is_read_from_cluster_slots() {
+        let master = |port: i64| Value::Array(vec!["127.0.0.1".into(), port.into(), "id".into()]);
+        let range = |start: i64, end: i64, port: i64| {
+            Value::Array(vec![
+                start.into(),
+                end.into(),
+                master(port),
+                master(port + 100),
+            ])
+        };
+        let reply = Value::Array(vec![
+            range(5461, 10922, 7001),
+            range(0, 0, 7000),
+            range(10923, 16383, 7002),
+            range(1, 5460, 7000),
+        ]);
+        assert_eq!(first_slots(reply), [5461, 0, 10923]);
     }
 }
