@@ -50,32 +50,7 @@ async fn assert_misconfigured(config: RateLimitConfig, want: fn(&ConnectError) -
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_password_set_while_running_is_a_configuration_error() {
     let server = RedisServer::start();
-    let config = limits(5, 0, 0, MINUTE)
-        .redis_url(server.url())
-        .redis_command_timeout(Duration::from_millis(500))
-        .build()
-        .unwrap();
-    let limiter = RateLimiter::try_connect(config).await.unwrap();
-    assert!(limiter.check("alice", "/items").await.allowed());
-    server.cli(&["CONFIG", "SET", "requirepass", "newpw"]);
-    server.cli(&[
-        "-a",
-        "newpw",
-        "--no-auth-warning",
-        "CLIENT",
-        "KILL",
-        "TYPE",
-        "normal",
-    ]);
-    server.cli(&[
-        "-a",
-        "newpw",
-        "--no-auth-warning",
-        "CLIENT",
-        "KILL",
-        "TYPE",
-        "pubsub",
-    ]);
+    let limiter = password_set_under_a_running_limiter(&server).await;
     assert!(limiter.check("alice", "/items").await.allowed(), "answered");
     let cause = limiter.fallback_cause().expect("fell back");
     assert!(
@@ -85,12 +60,9 @@ async fn a_password_set_while_running_is_a_configuration_error() {
     assert!(cause.is_config());
 }
 
-/// A connection error met while a password was being changed, then put back, is not the cause
-/// of a later, unrelated timeout (a review: a NOAUTH from before a reconnection that worked was
-/// blamed for a pause, an ERROR telling the operator to set a password).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_connection_error_from_before_a_reconnection_is_not_a_later_cause() {
-    let server = RedisServer::start();
+/// A limiter on `server` (a 500 ms command timeout) that has checked once, and then the
+/// password `newpw` set and its connections killed: its reconnections meet NOAUTH.
+async fn password_set_under_a_running_limiter(server: &RedisServer) -> RateLimiter {
     let config = limits(5, 0, 0, MINUTE)
         .redis_url(server.url())
         .redis_command_timeout(Duration::from_millis(500))
@@ -100,16 +72,19 @@ async fn a_connection_error_from_before_a_reconnection_is_not_a_later_cause() {
     assert!(limiter.check("alice", "/items").await.allowed());
     server.cli(&["CONFIG", "SET", "requirepass", "newpw"]);
     for kind in ["normal", "pubsub"] {
-        server.cli(&[
-            "-a",
-            "newpw",
-            "--no-auth-warning",
-            "CLIENT",
-            "KILL",
-            "TYPE",
-            kind,
-        ]);
+        let kill = ["CLIENT", "KILL", "TYPE", kind];
+        server.cli(&[&["-a", "newpw", "--no-auth-warning"][..], &kill].concat());
     }
+    limiter
+}
+
+/// A connection error met while a password was being changed, then put back, is not the cause
+/// of a later, unrelated timeout (a review: a NOAUTH from before a reconnection that worked was
+/// blamed for a pause, an ERROR telling the operator to set a password).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_error_from_before_a_reconnection_is_not_a_later_cause() {
+    let server = RedisServer::start();
+    let limiter = password_set_under_a_running_limiter(&server).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     server.cli(&[
         "-a",
