@@ -43,6 +43,7 @@ mod denial_cache;
 mod invalidation;
 mod probe;
 mod reply;
+mod role;
 mod rollback;
 mod script;
 mod sharded;
