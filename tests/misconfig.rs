@@ -265,6 +265,25 @@ async fn a_one_node_cluster_holding_every_slot_is_taken_and_crossslot_is_a_confi
         matches!(error, ConnectError::InvalidSettings { .. }),
         "{error:?}"
     );
+    // The same when the master's hostname holds `myself` (a review: the line was found by
+    // its text, not by its flags).
+    server.cli(&["CONFIG", "SET", "cluster-announce-hostname", "myself-a"]);
+    while !empty.cli(&["CLUSTER", "NODES"]).contains("myself-a") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the hostname never spread"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let error = RateLimiter::try_connect(config(empty.url())).await;
+    assert!(error.is_err(), "a master without slots taken");
+    // A user that may not run `CLUSTER NODES` cannot tell: the master is taken (a review: it
+    // was refused, with a message of other masters that do not exist).
+    server.cli(&["ACL", "SETUSER", "default", "-cluster|nodes"]);
+    let limiter = RateLimiter::try_connect(config(server.url()))
+        .await
+        .unwrap();
+    assert!(limiter.check("carol", "/items").await.allowed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

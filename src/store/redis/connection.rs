@@ -193,11 +193,14 @@ impl RedisStore {
         if !after_loss {
             return cause;
         }
-        // A connection error is the cause only while fred has not connected since: one from
-        // before a reconnection that worked says nothing of this failure (a review: a NOAUTH
-        // met while a password was being changed, then fixed, was blamed for a pause later).
-        if self.inner.client.is_connected() {
-            self.last_connection_error();
+        // On a single server, a connection error is the cause only while fred has not
+        // connected since: one from before a reconnection that worked says nothing of this
+        // failure (a review: a NOAUTH met while a password was being changed, then fixed, was
+        // blamed for a pause later). A cluster client stays connected while one of its
+        // masters is gone, so there every connection error counts (a review: a master killed
+        // mid-run was reported as a timeout).
+        if !self.inner.clustered && self.inner.client.is_connected() {
+            self.forget_connection_errors();
             return cause;
         }
         match self.last_connection_error() {
@@ -214,6 +217,16 @@ impl RedisStore {
             },
             None => cause,
         }
+    }
+
+    /// Forgets the connection errors fred reported so far (it has connected since).
+    fn forget_connection_errors(&self) {
+        let mut errors = (self.inner.connection_errors)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let (rx, last) = &mut *errors;
+        *rx = rx.resubscribe();
+        *last = None;
     }
 
     /// The last connection error fred reported since the store was made, if any (kept: every
