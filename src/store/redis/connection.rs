@@ -193,21 +193,20 @@ impl RedisStore {
         if !after_loss {
             return cause;
         }
-        // On a single server, a connection error is the cause only while fred has not
-        // connected since: one from before a reconnection that worked says nothing of this
-        // failure (a review: a NOAUTH met while a password was being changed, then fixed, was
-        // blamed for a pause later). A cluster client stays connected while one of its
-        // masters is gone, so there every connection error counts (a review: a master killed
-        // mid-run was reported as a timeout).
-        if !self.inner.clustered && self.inner.client.is_connected() {
-            self.forget_connection_errors();
-            return cause;
-        }
+        // After a connection error, "unreachable": fred holds the commands meant for a Redis
+        // that was killed or is restarting until they time out. A configuration error (a
+        // password changed under a running service, a permission taken away) is named as one
+        // (an outside audit got the fix for a dead host after `CONFIG SET requirepass`), but
+        // only on a single server that has not connected since: one from before a
+        // reconnection that worked says nothing of this failure (a review: a NOAUTH met while
+        // a password was being changed, then fixed, was blamed for a pause later), and a
+        // cluster client stays connected while one of its masters is gone, so it cannot tell.
+        let now_lost = !self.inner.clustered && !self.inner.client.is_connected();
         match self.last_connection_error() {
-            // A reconnection Redis refused for the settings (a password changed under a
-            // running service, a permission taken away): that, not "unreachable" (an outside
-            // audit got the fix for a dead host after `CONFIG SET requirepass`).
-            Some(lost) if ConnectError::from_fred(&lost, self.inner.tls, timeout).is_config() => {
+            Some(lost)
+                if now_lost
+                    && ConnectError::from_fred(&lost, self.inner.tls, timeout).is_config() =>
+            {
                 ConnectError::from_fred(&lost, self.inner.tls, timeout)
             }
             Some(_) => ConnectError::Unreachable {
@@ -217,16 +216,6 @@ impl RedisStore {
             },
             None => cause,
         }
-    }
-
-    /// Forgets the connection errors fred reported so far (it has connected since).
-    fn forget_connection_errors(&self) {
-        let mut errors = (self.inner.connection_errors)
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let (rx, last) = &mut *errors;
-        *rx = rx.resubscribe();
-        *last = None;
     }
 
     /// The last connection error fred reported since the store was made, if any (kept: every
