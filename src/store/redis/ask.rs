@@ -35,7 +35,7 @@ use super::{fred_error, script, Connections};
 
 mod importer;
 
-pub(super) use importer::AskClients;
+pub(super) use importer::{cluster_nodes, own_line, AskClients};
 
 /// fred's `max_command_attempts` on a cluster: more than its default redirection budget (a
 /// margin kept from when fred followed redirections itself, each ASK spending an attempt: when

@@ -64,16 +64,9 @@ pub(super) async fn cluster_node(client: &Client) -> bool {
     // And that master is the node the URL names (not a master without slots beside it: a
     // review).
     // (Refused by an ACL: it cannot tell, and takes it.)
-    let Ok(nodes) = client
-        .custom::<String, _>(ask::custom("CLUSTER"), vec!["NODES"])
-        .await
-    else {
+    let Some(nodes) = ask::cluster_nodes(client).await else {
         return false;
     };
-    // Its own line: `myself` among the flags (the third field; a hostname in the second may
-    // hold any text), and a slot range among fields 9 and on (not only a migration).
-    let mine = nodes.lines().find(|line| {
-        (line.split(' ').nth(2)).is_some_and(|flags| flags.split(',').any(|f| f == "myself"))
-    });
-    !mine.is_some_and(|mine| mine.split(' ').skip(8).any(|f| !f.starts_with('[')))
+    // Its own line holds a slot range among fields 9 and on (not only a migration).
+    !ask::own_line(&nodes).is_some_and(|mine| mine.split(' ').skip(8).any(|f| !f.starts_with('[')))
 }

@@ -171,18 +171,24 @@ fn address(host: &str, port: u16) -> String {
     }
 }
 
-/// `CLUSTER NODES` of the master behind `client` (`None`: it could not tell).
-async fn cluster_nodes(client: &Client) -> Option<String> {
+/// `CLUSTER NODES` of the node behind `client` (`None`: it could not tell, or may not).
+pub(in crate::store::redis) async fn cluster_nodes(client: &Client) -> Option<String> {
     client.custom(custom("CLUSTER"), vec!["NODES"]).await.ok()
+}
+
+/// The node's own line of `nodes` (its `CLUSTER NODES`): `myself` among its flags, the third
+/// field (a hostname in the second may hold any text: a review fooled a text match with one).
+pub(in crate::store::redis) fn own_line(nodes: &str) -> Option<&str> {
+    nodes.lines().find(|line| {
+        (line.split(' ').nth(2)).is_some_and(|flags| flags.split(',').any(|f| f == "myself"))
+    })
 }
 
 /// Whether `nodes` (a master's `CLUSTER NODES`) says that master imports `slot`: its own line
 /// holds `[slot-<-source]` (only a node's own line shows its migrations).
 fn imports(nodes: &str, slot: u16) -> bool {
     let importing = format!("[{slot}-<-");
-    (nodes.lines())
-        .find(|l| l.contains("myself"))
-        .is_some_and(|mine| mine.contains(&importing))
+    own_line(nodes).is_some_and(|mine| mine.contains(&importing))
 }
 
 /// The masters `nodes` (a `CLUSTER NODES` reply) lists that are up, as `host:port`.
@@ -249,4 +255,22 @@ async fn send(client: &Client, key: &str, command: Redirected<'_>) -> Result<Val
     full.push(key.to_owned());
     full.extend(args.iter().cloned());
     client.custom::<Value, _>(custom(name), full).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nodes_own_line_is_found_by_its_flags_not_its_text() {
+        let nodes = "\
+a 127.0.0.1:7000@17000,myself-a master - 0 0 1 connected 0-100
+b 127.0.0.1:7001@17001 myself,master - 0 0 2 connected 101-200 [300-<-a]";
+        assert_eq!(own_line(nodes).map(|l| &l[..1]), Some("b"));
+        assert!(imports(nodes, 300));
+        assert!(!imports(
+            "a 127.0.0.1:7000@17000,myself-a master - 0 0 1 connected [300-<-b]",
+            300
+        ));
+    }
 }
