@@ -218,6 +218,18 @@ impl<'a> Keys<'a> {
         self.limits
     }
 
+    /// The user tier's key part (empty when the tier does not apply).
+    #[inline]
+    pub(crate) fn user_part(&self) -> &str {
+        &self.user
+    }
+
+    /// The endpoint tier's key part (empty when the tier does not apply).
+    #[inline]
+    pub(crate) fn endpoint_part(&self) -> &str {
+        &self.endpoint
+    }
+
     /// The same keys, owning their text (for a check that waits in a `'static` future).
     pub(crate) fn into_owned(self) -> Keys<'static> {
         Keys {

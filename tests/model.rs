@@ -206,7 +206,14 @@ impl Scenario {
                 _ => None,
             },
         };
-        let vip_plan = rng.percent(50).then(|| rng.range(1, 8));
+        let mut vip_plan = rng.percent(50).then(|| rng.range(1, 8));
+        // A third of the scenarios have neither the route's own limits nor the plan: the
+        // limiter's hot configuration, whose unit checks on memory take the store's direct
+        // path (`src/store/memory/direct.rs`) when no tier is in shadow mode.
+        let mut login = login;
+        if rng.percent(33) {
+            (login, vip_plan) = (RouteLimits::default(), None);
+        }
         let shadow = match rng.below(20) {
             0..=10 => [false; 3],
             11..=16 => {
@@ -237,8 +244,12 @@ impl Scenario {
             self.global,
             Duration::from_micros(self.window),
         )
-        .route(ROUTES[LOGIN].expect("a named route"), self.login)
         .headers(self.headers);
+        // A route without limits of its own is left out: one that sets nothing changes
+        // nothing, and without it (and a plan) the configuration is the hot one.
+        if self.login != RouteLimits::default() {
+            c = c.route(ROUTES[LOGIN].expect("a named route"), self.login);
+        }
         if let Some(limit) = self.vip_plan {
             c = c.plan("gold", limit).user_plan(VIP_ID, "gold");
         }

@@ -10,11 +10,12 @@ use std::time::Duration;
 
 use super::live::Live;
 use super::RateLimiter;
+use crate::config::HotConfig;
 use crate::decision::Decision;
 use crate::header_style::HeaderStyle;
 use crate::observe;
 use crate::request::{CheckRequest, Keys, UserKey, NO_TIER};
-use crate::store::{Answer, StoreError, StoreRequest};
+use crate::store::{Answer, Direct, StoreError, StoreRequest};
 use crate::tier::Tier;
 
 /// The decision for a store's answer to `req`, with the tiers that applied (`limits`, by
@@ -27,13 +28,19 @@ fn conclude(
     req: &StoreRequest<'_>,
     limits: [u64; 3],
 ) -> Decision {
-    let mut decision = match answer {
+    let decision = match answer {
         Ok(answer) => decision_of(answer, req),
         Err(error) => store_failed(&error, backend()),
     };
+    completed(decision, limits, req.window, req.cost)
+}
+
+/// `decision` with the tiers that applied (`limits`, by tier), the window and the cost set.
+#[inline]
+fn completed(mut decision: Decision, limits: [u64; 3], window: Duration, cost: u64) -> Decision {
     decision.limits = limits;
-    decision.window = req.window;
-    decision.set_cost(req.cost);
+    decision.window = window;
+    decision.set_cost(cost);
     decision
 }
 
@@ -57,6 +64,19 @@ fn never_fits_or(req: &StoreRequest<'_>, tier: Tier, retry_after_us: u64) -> Dec
 #[inline]
 fn decision_of(answer: Answer, req: &StoreRequest<'_>) -> Decision {
     match answer {
+        Answer::Denied {
+            tier,
+            retry_after_us,
+        } if req.cost > 1 => never_fits_or(req, tier, retry_after_us),
+        answer => unit_decision_of(answer),
+    }
+}
+
+/// The decision a store's answer gives to a request of one unit (which fits any tier it
+/// applies to), or to any request but a denied one.
+#[inline]
+fn unit_decision_of(answer: Answer) -> Decision {
+    match answer {
         Answer::Admitted {
             remaining,
             binding,
@@ -67,10 +87,6 @@ fn decision_of(answer: Answer, req: &StoreRequest<'_>) -> Decision {
             shadow_denied: Some((tier, wait_us)),
             ..
         } => Decision::shadow_deny(tier, wait_us),
-        Answer::Denied {
-            tier,
-            retry_after_us,
-        } if req.cost > 1 => never_fits_or(req, tier, retry_after_us),
         Answer::Denied {
             tier,
             retry_after_us,
@@ -202,6 +218,10 @@ impl RateLimiter {
         let mut held = None;
         let route_keys = &self.inner.route_keys;
         let keys = Keys::with_route_key(&hot, request, None, |r| route_keys.key_of(r, &mut held));
+        if let Some(decision) = self.decide_direct(&keys, now, &hot) {
+            observe::record(&decision);
+            return (Ok(decision), hot.style);
+        }
         let mut tiers = [NO_TIER; 3];
         let decision = match keys.store_request(now, &hot, &mut tiers) {
             Some(req) => match self.decide_now(&req, keys.limits()) {
@@ -238,6 +258,28 @@ impl RateLimiter {
         };
         observe::record(&decision);
         (Ok(decision), style)
+    }
+
+    /// The decision on a unit request of the hot configuration with no tier in shadow mode,
+    /// from the memory store's direct path (`store/memory/direct.rs`: plain data in, the
+    /// same algorithm on the same logs, no [`StoreRequest`] built), if it takes it: tracked
+    /// keys, no block, no sweep due. Else `None`, with nothing recorded, and the request
+    /// takes the store's general path.
+    #[inline]
+    fn decide_direct(&self, keys: &Keys<'_>, now: Duration, hot: &HotConfig) -> Option<Decision> {
+        let memory = self.inner.memory.as_ref()?;
+        let limits = keys.limits();
+        if keys.cost != 1 || hot.shadow != [false; 3] || limits == [0; 3] {
+            return None;
+        }
+        let answer = memory.answer_direct(&Direct {
+            user: keys.user_part(),
+            endpoint: keys.endpoint_part(),
+            limits,
+            now: crate::clock::saturating_micros(now),
+            window: crate::clock::saturating_micros(hot.window),
+        })?;
+        Some(completed(unit_decision_of(answer), limits, hot.window, 1))
     }
 
     /// The decision on `req` (whose tiers' limits, by tier, are `limits`) now, if the store

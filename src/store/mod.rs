@@ -23,6 +23,7 @@ mod usage;
 
 #[cfg(feature = "redis")]
 pub use self::fallback::FallbackStore;
+pub(crate) use self::memory::Direct;
 pub use self::memory::MemoryStore;
 pub(crate) use self::outcome::Answer;
 pub use self::outcome::StoreOutcome;

@@ -58,10 +58,16 @@ impl Blocks {
     /// from `now`).
     #[inline]
     pub(super) fn find(&self, tiers: &[TierCheck<'_>], now: u64) -> Option<(Tier, u64)> {
-        if self.count.load(Ordering::Acquire) == 0 {
+        if !self.any() {
             return None;
         }
         self.find_slow(tiers, now)
+    }
+
+    /// Whether any key is blocked (or a block that ended is not purged yet).
+    #[inline]
+    pub(super) fn any(&self) -> bool {
+        self.count.load(Ordering::Acquire) != 0
     }
 
     #[cold]

@@ -202,17 +202,50 @@ impl Log {
     /// Trims the log at `cutoff` and tells what it holds for the algorithm, as `tier`.
     #[inline(always)]
     pub(super) fn facts(&mut self, tier: &TierCheck<'_>, cutoff: u64) -> TierFacts {
-        let (_, left, oldest) = self.trim_counting(cutoff);
-        let count = match &self.costs {
-            None => left as u64 + self.more,
-            Some(costs) => costs.units(),
-        };
+        let (count, oldest) = self.live_after_trim(cutoff);
         TierFacts {
             limit: tier.limit,
             shadow: tier.shadow,
             count,
             oldest,
         }
+    }
+
+    /// [`facts`](Self::facts) under a tier of `limit` not in shadow mode (the `direct`
+    /// path's): a log that keeps costs is read apart, out of the way of the usual log of unit
+    /// requests.
+    #[inline(always)]
+    pub(super) fn facts_enforced(&mut self, limit: u64, cutoff: u64) -> TierFacts {
+        let (count, oldest) = if self.costs.is_some() {
+            self.live_after_trim_with_costs(cutoff)
+        } else {
+            let (_, left, oldest) = self.trim_counting(cutoff);
+            (left as u64 + self.more, oldest)
+        };
+        TierFacts {
+            limit,
+            shadow: false,
+            count,
+            oldest,
+        }
+    }
+
+    /// Trims the log at `cutoff`: the units still live, and the oldest entry's time.
+    #[inline(always)]
+    fn live_after_trim(&mut self, cutoff: u64) -> (u64, Option<u64>) {
+        let (_, left, oldest) = self.trim_counting(cutoff);
+        let count = match &self.costs {
+            None => left as u64 + self.more,
+            Some(costs) => costs.units(),
+        };
+        (count, oldest)
+    }
+
+    /// [`live_after_trim`](Self::live_after_trim) for a log that keeps costs.
+    #[cold]
+    #[inline(never)]
+    fn live_after_trim_with_costs(&mut self, cutoff: u64) -> (u64, Option<u64>) {
+        self.live_after_trim(cutoff)
     }
 
     /// Records one request of `cost` units at `now`, or at the newest entry's time if that is

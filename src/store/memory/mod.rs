@@ -15,6 +15,7 @@ use crate::tier::Tier;
 
 mod blocks;
 mod decide;
+mod direct;
 mod inspect;
 mod log;
 mod map;
@@ -25,6 +26,7 @@ mod usage;
 
 use self::blocks::Blocks;
 use self::decide::Shape;
+pub(crate) use self::direct::Direct;
 use self::log::Log;
 use self::map::LogMap;
 use self::padded::Padded;
