@@ -10,7 +10,9 @@ use axum::Router;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use tiered_ratelimit::store::MemoryStore;
-use tiered_ratelimit::{ManualClock, RateLimitConfig, RateLimitLayer, RateLimiter, Tier};
+use tiered_ratelimit::{
+    HeaderStyle, ManualClock, RateLimitConfig, RateLimitLayer, RateLimiter, Tier,
+};
 use tower::ServiceExt;
 
 mod common;
@@ -84,7 +86,6 @@ async fn retry_after_is_exact_and_rounded_up_over_http() {
 /// with `0`, telling clients to retry a maintenance 503 at once.)
 #[tokio::test]
 async fn a_services_own_retry_after_is_kept() {
-    use tiered_ratelimit::HeaderStyle;
     let own = || async {
         Response::builder()
             .status(StatusCode::SERVICE_UNAVAILABLE)
@@ -669,6 +670,36 @@ async fn shadow_mode_serves_over_limit_requests_with_the_headers_enforcement_wou
         (1..=60).contains(&retry),
         "the Retry-After enforcement would send: {retry}"
     );
+}
+
+/// In the IETF style too, a shadow denial's 200 carries the `Retry-After` the 429 would have
+/// carried (README "Shadow mode"; an audit found it missing there), beside `RateLimit`.
+#[tokio::test]
+async fn under_ietf_headers_a_shadow_denial_carries_the_retry_after_of_the_429() {
+    for shadow in [false, true] {
+        let config = RateLimitConfig::builder()
+            .window(MINUTE)
+            .user_limit(1)
+            .shadow(shadow)
+            .headers(HeaderStyle::Ietf)
+            .build()
+            .unwrap();
+        let app = items_router().route_layer(header_user_id(RateLimitLayer::new(config)));
+        let base = serve(app, true).await;
+        let client = reqwest::Client::new();
+        let url = format!("{base}/api/v1/items");
+        let r = get_as(&client, &url, Some("s")).await;
+        assert_eq!((r.status, r.retry_after.as_deref()), (StatusCode::OK, None));
+        let r = get_as(&client, &url, Some("s")).await;
+        let status = if shadow {
+            StatusCode::OK
+        } else {
+            StatusCode::TOO_MANY_REQUESTS
+        };
+        assert_eq!(r.status, status, "shadow: {shadow}");
+        assert_eq!(r.retry_after.as_deref(), Some("60"), "shadow: {shadow}");
+        assert_eq!(r.remaining, None, "no legacy header in the IETF style");
+    }
 }
 
 #[test]

@@ -72,7 +72,8 @@ fn put(
     if legacy {
         headers.insert(X_RATELIMIT_REMAINING.clone(), number(decision.remaining()));
     }
-    if legacy || !decision.allowed() {
+    // On a 429, and on a shadow denial (the wait enforcement would have given), in every style.
+    if legacy || !decision.allowed() || decision.shadow_blocked_by().is_some() {
         // Inserted, and the service's own put back if there was one: no lookup of its own on
         // the common path, where there is none.
         let previous = headers.insert(RETRY_AFTER, number(decision.retry_after_secs()));
