@@ -57,6 +57,38 @@ async fn key_cap_denies_new_users_only_until_room_frees() {
     assert!(!limiter.check("user19", "/items").await.allowed());
 }
 
+/// At the cap, a window shortened by `reconfigure` frees room as soon as the keys are idle
+/// under the new window (README: keys without a live entry are reclaimed first; OPERATIONS.md:
+/// a shorter window stops counting older entries at once). An audit saw new ids denied for a
+/// minute more, with a `Retry-After` of the old window's hour.
+#[tokio::test]
+async fn at_the_cap_a_window_shortened_by_reconfigure_frees_room_by_the_new_window() {
+    let clock = ManualClock::at(T0);
+    let store = MemoryStore::with_max_keys(2);
+    let hour = secs(3_600);
+    let limiter = limiter_on(limits(5, 0, 0, hour), &clock, &store);
+    assert!(limiter.check("a", "/items").await.allowed());
+    assert!(limiter.check("b", "/items").await.allowed());
+    let d = limiter.check("c", "/items").await;
+    assert_eq!(
+        d.blocked_by(),
+        Some(Tier::User),
+        "a new key at the cap: {d:?}"
+    );
+    limiter
+        .reconfigure(limits(5, 0, 0, secs(1)).build().unwrap())
+        .unwrap();
+    clock.set(T0 + secs(10));
+    let d = limiter.check("d", "/items").await;
+    assert!(d.allowed(), "a and b are idle under the new window: {d:?}");
+    assert_eq!(store.tracked_keys(), 1);
+    // At the cap again, the wait is the new window's, not the hour's.
+    assert!(limiter.check("e", "/items").await.allowed());
+    let d = limiter.check("f", "/items").await;
+    assert!(!d.allowed());
+    assert!(d.retry_after() <= secs(1) + US, "{d:?}");
+}
+
 /// The hardening issue's repro, at a small cap: a flood of distinct user ids on one route,
 /// nearly all denied by the endpoint tier, used to leave an empty user key per request and
 /// lock brand-new users out at the cap for up to a window.

@@ -84,6 +84,10 @@ impl RateLimiterBuilder {
     }
 
     /// Use this in-memory store (to share one between limiters, or inspect it in tests).
+    ///
+    /// Limiters that share one store should share one window: the store's sweep forgets a key
+    /// idle for the window of the check that runs it, which a limiter with a longer window
+    /// would still count.
     pub fn memory_store(self, store: MemoryStore) -> Self {
         self.store(store)
     }

@@ -201,7 +201,7 @@ impl TierLogs {
             // At the cap. A sweep due first, as for any tier: it may make room, and it sets
             // the wait the cap gives.
             let first = if user { Tier::User } else { Tier::Endpoint };
-            if may_sweep && now >= self.cap_retry_at.load(Ordering::Acquire) {
+            if may_sweep && self.cap_sweep_due(now, window) {
                 return Err(CapReached {
                     tier: first,
                     sweep: true,

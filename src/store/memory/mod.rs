@@ -95,6 +95,8 @@ struct TierLogs {
     next_sweep: AtomicU64,
     /// Before this time (µs) a new key at the cap is denied without another sweep.
     cap_retry_at: AtomicU64,
+    /// The window (µs) of the last sweep, which `cap_retry_at` was worked out under.
+    swept_window: AtomicU64,
     /// When the next warning that the key cap denies new keys may be logged (µs).
     next_cap_warning: AtomicU64,
     sweeping: Mutex<()>,
@@ -127,6 +129,7 @@ impl MemoryStore {
                 max_keys: max_keys.max(crate::config::MIN_TRACKED_KEYS),
                 next_sweep: AtomicU64::new(0),
                 cap_retry_at: AtomicU64::new(0),
+                swept_window: AtomicU64::new(u64::MAX),
                 next_cap_warning: AtomicU64::new(0),
                 sweeping: Mutex::new(()),
                 blocks: Blocks::default(),

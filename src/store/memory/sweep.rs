@@ -44,5 +44,15 @@ impl TierLogs {
             earliest_idle.max(now.saturating_add(gap)),
             Ordering::Release,
         );
+        self.swept_window.store(window, Ordering::Release);
+    }
+
+    /// Whether a sweep at `now` under `window` may free room at the key cap: the time a kept
+    /// key may first fall idle has come, or the window is shorter than the one that time was
+    /// worked out under (a `reconfigure`: keys fall idle sooner than it says).
+    #[inline]
+    pub(super) fn cap_sweep_due(&self, now: u64, window: u64) -> bool {
+        now >= self.cap_retry_at.load(Ordering::Acquire)
+            || window < self.swept_window.load(Ordering::Acquire)
     }
 }
