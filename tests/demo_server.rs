@@ -186,6 +186,20 @@ fn tls_flags_are_checked_with_the_other_settings() {
     let (code, err) = run(&["--redis", "redis://127.0.0.1:1", "--global-shards", "65"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("redis.global_shards"), "{err}");
+    // A Redis flag without a Redis names the flag given (an audit saw "redis.url: must not
+    // be empty" for each).
+    for flags in [
+        &["--redis-ca", "/ca.pem"][..],
+        &["--redis-timeout", "50ms"],
+        &["--redis-cert", "/c.pem", "--redis-key", "/k.pem"],
+    ] {
+        let (code, err) = run(flags);
+        assert_eq!(code, Some(2), "{flags:?}");
+        assert!(
+            err.contains(flags[0]) && err.contains("needs --redis"),
+            "{err}"
+        );
+    }
 }
 
 /// With `--config`, the Redis flags are refused and the file says where Redis is; an outside

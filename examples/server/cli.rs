@@ -230,6 +230,24 @@ pub(crate) fn settings() -> (Cli, RateLimitConfig) {
                 .exit()
         }
     }
+    // A Redis setting without a Redis is named, not left to the config's "redis.url" (and,
+    // with `--config`, refused above as a flag the file replaces).
+    if cli.redis.is_none() && cli.config.is_none() {
+        let given: Vec<String> = ["redis_timeout", "redis_ca", "redis_cert", "redis_key"]
+            .iter()
+            .filter(|id| matches.value_source(id).is_some())
+            .map(|id| format!("--{}", id.replace('_', "-")))
+            .collect();
+        if !given.is_empty() {
+            let message = format!(
+                "{} needs --redis URL (or RATE_LIMIT_REDIS_URL)",
+                given.join(", ")
+            );
+            Cli::command()
+                .error(ErrorKind::MissingRequiredArgument, message)
+                .exit()
+        }
+    }
     // Not clap's `requires`: that would also fire on RATE_LIMIT_REDIS_REQUIRED=false.
     if cli.redis_required && cli.redis.is_none() && cli.config.is_none() {
         let message = "--redis-required needs --redis URL (or RATE_LIMIT_REDIS_URL)";
