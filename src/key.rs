@@ -6,10 +6,15 @@
 //!   `{`, `}` (Redis Cluster hash tags), `%`, `#`, `@`, spaces, control bytes, non-ASCII.
 //! - A longer id is replaced by `#` and the hex SHA-256 of its bytes (65 bytes in all).
 //! - A client address (when there is no user id) is `@` and the address: `@192.0.2.1`.
+//! - The empty id is `%` alone, which no percent-encoding gives (a `%` there is always followed
+//!   by two hex digits). An empty key part would make the empty user's per-route bucket
+//!   (`@/login`) an address's form, and a route named like an address (`1.2.3.4`) give the
+//!   empty user the key of that address.
 //!
-//! The three forms cannot meet: safe ids hold neither `%`, `#` nor `@`; percent-encoded ids hold
-//! `%` and never `#` or `@`; hashed ids start with `#`; addresses start with `@`. So no user id can
-//! take another user's key, an address's key, or (with the tier in the key) another tier's.
+//! The forms cannot meet: safe ids are not empty and hold neither `%`, `#` nor `@`;
+//! percent-encoded ids hold `%` and never `#` or `@`; hashed ids start with `#`; addresses start
+//! with `@`. So no user id can take another user's key, an address's key, or (with the tier in
+//! the key) another tier's.
 
 use std::borrow::Cow;
 
@@ -71,14 +76,19 @@ fn all_safe(bytes: &[u8]) -> bool {
 /// Whether `id` stands as it is in a key part (no encoding, no hashing).
 #[inline(always)]
 pub(crate) fn is_plain(id: &str) -> bool {
-    id.len() <= MAX_RAW_ID_LEN && all_safe(id.as_bytes())
+    !id.is_empty() && id.len() <= MAX_RAW_ID_LEN && all_safe(id.as_bytes())
 }
+
+/// The key part of the empty id (see the module docs).
+const EMPTY_ID: &str = "%";
 
 /// Encodes an id or a route into a key part (see the module docs).
 #[inline]
 pub fn encode_id(id: &str) -> Cow<'_, str> {
     if is_plain(id) {
         Cow::Borrowed(id)
+    } else if id.is_empty() {
+        Cow::Borrowed(EMPTY_ID)
     } else {
         Cow::Owned(encode_other(id))
     }
@@ -164,13 +174,20 @@ mod tests {
         assert_ne!(encode_id(UNMATCHED_ENDPOINT), UNMATCHED_ENDPOINT);
         let hashed = encode_id(&"z".repeat(200)).into_owned();
         assert_ne!(encode_id(&hashed), hashed);
+        // The empty id: a key part of its own, that no other id takes and no address starts.
+        assert_eq!(encode_id(""), "%");
+        for other in ["%", "%25", "@", "#"] {
+            assert_ne!(encode_id(other), encode_id(""), "{other:?}");
+        }
     }
 
     /// The encoding as the module docs state it, written the plain way with `fmt`.
     fn reference(id: &str) -> String {
         use std::fmt::Write;
         let mut out = String::new();
-        if id.len() > MAX_RAW_ID_LEN {
+        if id.is_empty() {
+            out.push('%');
+        } else if id.len() > MAX_RAW_ID_LEN {
             out.push('#');
             for b in Sha256::digest(id.as_bytes()) {
                 let _ = write!(out, "{b:02x}");
@@ -191,7 +208,8 @@ mod tests {
     /// check reads chunks that overlap at the end).
     #[test]
     fn one_unsafe_byte_anywhere_is_seen() {
-        for len in 0..=40 {
+        assert!(!is_plain(""), "the empty id is encoded");
+        for len in 1..=40 {
             let safe = "aB9-._~:/".repeat(5)[..len].to_owned();
             assert!(is_plain(&safe), "{safe:?}");
             for at in 0..len {

@@ -86,6 +86,53 @@ async fn cluster_unblock_after_reconfigure_lifts_every_bucket() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Found (fixed) by a later audit: the empty user id had an empty key part, so its per-route
+// bucket (`@/login`) took an address's form. Unblocking it lifted every address's block on
+// memory (the prefix `@`), and on Redis left its own `/login` bucket blocked. Its key part is
+// now `%` (src/key.rs).
+// ---------------------------------------------------------------------------------------------
+
+async fn unblocking_the_empty_user_lifts_its_buckets_and_no_address(b: TestBackend) {
+    let clock = clock();
+    let limiter = b
+        .limiter(login_override(limits(100, 100, 0, MINUTE)), &clock)
+        .await;
+    let ip: IpAddr = "192.0.2.7".parse().unwrap();
+    limiter.block(BlockTarget::Ip(ip), HOUR).await.unwrap();
+    limiter.block(BlockTarget::User(""), HOUR).await.unwrap();
+    for route in ["/items", "/login"] {
+        assert!(limiter.check("", route).await.by_block(), "{route}");
+    }
+    limiter.unblock(BlockTarget::User("")).await.unwrap();
+    for route in ["/items", "/login"] {
+        let d = limiter.check("", route).await;
+        assert!(d.allowed(), "the empty user on {route}, unblocked: {d:?}");
+        let d = limiter
+            .check_request(tiered_ratelimit::CheckRequest::new(
+                tiered_ratelimit::UserKey::Ip(ip),
+                Some(route),
+            ))
+            .await;
+        assert!(d.by_block(), "the address's block stays, on {route}: {d:?}");
+    }
+}
+
+#[tokio::test]
+async fn memory_unblocking_the_empty_user_lifts_its_buckets_and_no_address() {
+    unblocking_the_empty_user_lifts_its_buckets_and_no_address(TestBackend::memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_unblocking_the_empty_user_lifts_its_buckets_and_no_address() {
+    unblocking_the_empty_user_lifts_its_buckets_and_no_address(TestBackend::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_unblocking_the_empty_user_lifts_its_buckets_and_no_address() {
+    unblocking_the_empty_user_lifts_its_buckets_and_no_address(TestBackend::cluster()).await;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Found (fixed) 2: `unblock` is refused with `TierOff` when the tier was switched off after the block:
 // the block cannot be lifted at all, and it comes back with the tier.
 // ---------------------------------------------------------------------------------------------
