@@ -73,8 +73,10 @@ pub enum BlockTarget<'a> {
     /// the layer groups them by default. IPv4-mapped IPv6 addresses count as the IPv4 address.
     Ip(IpAddr),
     /// The clients the layer keys as this network: an IPv6 network of the layer's
-    /// [`ipv6_prefix`](crate::RateLimitLayer::ipv6_prefix) (a /48 for a layer set to 48; the
-    /// network of another length is no bucket, and stops nothing), or one IPv4 address (a /32).
+    /// [`ipv6_prefix`](crate::RateLimitLayer::ipv6_prefix) (a /48 for a layer set to 48), or one
+    /// IPv4 address (a /32). This is no range block: a key holds the network's base address,
+    /// not its length, so an IPv6 network of another length blocks the one bucket at its base
+    /// (`2001:db8::/32` under the default /64 blocks `2001:db8::/64` only).
     Net(IpNet),
     /// A route template (as axum's `MatchedPath` gives it, `/items/{id}`): refused for
     /// everyone.

@@ -132,6 +132,37 @@ async fn cluster_unblocking_the_empty_user_lifts_its_buckets_and_no_address() {
     unblocking_the_empty_user_lifts_its_buckets_and_no_address(TestBackend::cluster()).await;
 }
 
+/// `BlockTarget::Net` is no range block (OPERATIONS.md): an IPv6 network of another length than
+/// the layer's grouping blocks the one bucket at its base address, and no other client of the
+/// range. An audit found the docs saying it stopped nothing.
+#[tokio::test]
+async fn an_ipv6_network_of_another_length_blocks_only_the_bucket_at_its_base() {
+    let b = TestBackend::memory();
+    let limiter = b.limiter(limits(100, 100, 0, MINUTE), &clock()).await;
+    let net: ipnet::IpNet = "2001:db8::/32".parse().unwrap();
+    limiter.block(BlockTarget::Net(net), HOUR).await.unwrap();
+    // The layer keys an IPv6 client by its /64 (the address masked to it).
+    let check = |bucket: &'static str| {
+        let ip: IpAddr = bucket.parse().unwrap();
+        let limiter = limiter.clone();
+        async move {
+            limiter
+                .check_request(tiered_ratelimit::CheckRequest::new(
+                    tiered_ratelimit::UserKey::Ip(ip),
+                    Some("/items"),
+                ))
+                .await
+        }
+    };
+    assert!(check("2001:db8::").await.by_block(), "the /64 at the base");
+    for other in ["2001:db8:0:1::", "2001:db8:ffff:ffff::"] {
+        assert!(
+            check(other).await.allowed(),
+            "{other}/64, in the /32 but not at its base"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Found (fixed) 2: `unblock` is refused with `TierOff` when the tier was switched off after the block:
 // the block cannot be lifted at all, and it comes back with the tier.
