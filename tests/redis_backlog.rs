@@ -229,3 +229,37 @@ async fn a_wrong_key_in_a_batch_fails_its_check_not_the_ones_before_it() {
         assert!(ttl > 0, "{key} keeps an expiry: {ttl}");
     }
 }
+
+/// A flood of checks at once is a timeout too, on a Redis that is up and answering
+/// (docs/REDIS.md, "The fallback": the command timeout counts a check's wait in the instance's
+/// own queue). 20,000 checks at once need far more than 10 ms of Redis's time (about 10 µs
+/// each), so the last of them cannot be answered by Redis within the timeout: the limiter
+/// falls back, named as a timeout, and every check is still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_checks_on_a_healthy_redis_times_out_and_falls_back() {
+    let server = RedisServer::start();
+    let config = limits(1 << 40, 0, 0, MINUTE)
+        .redis_url(server.url())
+        .redis_command_timeout(Duration::from_millis(10))
+        .build()
+        .unwrap();
+    let limiter = RateLimiter::new(config);
+    limiter.wait_connected().await;
+    assert_eq!(limiter.backend(), Backend::Redis);
+    let checks: Vec<_> = (0..20_000)
+        .map(|i| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.check(&format!("u{i}"), "/").await.allowed() })
+        })
+        .collect();
+    for check in checks {
+        assert!(
+            check.await.unwrap(),
+            "every check is answered, and admitted"
+        );
+    }
+    assert!(server.ping(), "Redis stayed up");
+    assert_eq!(limiter.backend(), Backend::Memory);
+    let cause = limiter.fallback_cause().unwrap();
+    assert_eq!(cause.reason(), "timeout", "{cause:?}");
+}
