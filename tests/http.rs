@@ -644,18 +644,25 @@ async fn an_upload_without_a_declared_length_costs_the_body_limit() {
     assert_eq!(reply.headers()["x-ratelimit-remaining"], "947");
 }
 
-#[tokio::test]
-async fn shadow_mode_serves_over_limit_requests_with_the_headers_enforcement_would_send() {
+/// The items route served with a user limit of 1 a minute, in `style`, enforced or in shadow
+/// mode: its URL.
+async fn one_a_minute(shadow: bool, style: HeaderStyle) -> String {
     let config = RateLimitConfig::builder()
         .window(MINUTE)
         .user_limit(1)
-        .shadow(true)
+        .shadow(shadow)
+        .headers(style)
         .build()
         .unwrap();
     let app = items_router().route_layer(header_user_id(RateLimitLayer::new(config)));
     let base = serve(app, true).await;
+    format!("{base}/api/v1/items")
+}
+
+#[tokio::test]
+async fn shadow_mode_serves_over_limit_requests_with_the_headers_enforcement_would_send() {
+    let url = one_a_minute(true, HeaderStyle::Legacy).await;
     let client = reqwest::Client::new();
-    let url = format!("{base}/api/v1/items");
     let r = get_as(&client, &url, Some("s")).await;
     assert_eq!(
         (r.status, r.retry_after.as_deref()),
@@ -677,17 +684,8 @@ async fn shadow_mode_serves_over_limit_requests_with_the_headers_enforcement_wou
 #[tokio::test]
 async fn under_ietf_headers_a_shadow_denial_carries_the_retry_after_of_the_429() {
     for shadow in [false, true] {
-        let config = RateLimitConfig::builder()
-            .window(MINUTE)
-            .user_limit(1)
-            .shadow(shadow)
-            .headers(HeaderStyle::Ietf)
-            .build()
-            .unwrap();
-        let app = items_router().route_layer(header_user_id(RateLimitLayer::new(config)));
-        let base = serve(app, true).await;
+        let url = one_a_minute(shadow, HeaderStyle::Ietf).await;
         let client = reqwest::Client::new();
-        let url = format!("{base}/api/v1/items");
         let r = get_as(&client, &url, Some("s")).await;
         assert_eq!((r.status, r.retry_after.as_deref()), (StatusCode::OK, None));
         let r = get_as(&client, &url, Some("s")).await;
