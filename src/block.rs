@@ -75,8 +75,9 @@ pub enum BlockTarget<'a> {
     /// The clients the layer keys as this network: an IPv6 network of the layer's
     /// [`ipv6_prefix`](crate::RateLimitLayer::ipv6_prefix) (a /48 for a layer set to 48), or one
     /// IPv4 address (a /32). This is no range block: a key holds the network's base address,
-    /// not its length, so an IPv6 network of another length blocks the one bucket at its base
-    /// (`2001:db8::/32` under the default /64 blocks `2001:db8::/64` only).
+    /// not its length, so an IPv6 network of another length blocks at most the one bucket
+    /// whose base is its own (`2001:db8::/32` under the default /64 blocks `2001:db8::/64`
+    /// only; `2001:db8::5/128` blocks nothing).
     Net(IpNet),
     /// A route template (as axum's `MatchedPath` gives it, `/items/{id}`): refused for
     /// everyone.

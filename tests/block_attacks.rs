@@ -161,6 +161,13 @@ async fn an_ipv6_network_of_another_length_blocks_only_the_bucket_at_its_base() 
             "{other}/64, in the /32 but not at its base"
         );
     }
+    // A longer network than the grouping blocks nothing unless its base is a bucket's.
+    let host: ipnet::IpNet = "2001:db8:0:7::5/128".parse().unwrap();
+    limiter.block(BlockTarget::Net(host), HOUR).await.unwrap();
+    assert!(
+        check("2001:db8:0:7::").await.allowed(),
+        "the /64 holding the /128"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -200,6 +200,17 @@ fn tls_flags_are_checked_with_the_other_settings() {
             "{err}"
         );
     }
+    // Set as a variable, it is named as the deployment set it.
+    let out = server_command()
+        .env("RATE_LIMIT_REDIS_TIMEOUT", "50ms")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        err.contains("RATE_LIMIT_REDIS_TIMEOUT (--redis-timeout) needs --redis"),
+        "{err}"
+    );
 }
 
 /// With `--config`, the Redis flags are refused and the file says where Redis is; an outside

@@ -188,6 +188,22 @@ const FILE_SETTINGS: [&str; 11] = [
     "redis_key",
 ];
 
+/// How the setting `id` was given: its flag, or the variable a deployment set, as it set it
+/// (with the flag it stands for).
+fn given_as(matches: &clap::ArgMatches, id: &str) -> String {
+    let flag = format!("--{}", id.replace('_', "-"));
+    match matches.value_source(id) {
+        Some(ValueSource::EnvVariable) => Cli::command()
+            .get_arguments()
+            .find(|a| a.get_id() == id)
+            .and_then(|a| a.get_env())
+            .map_or(flag.clone(), |env| {
+                format!("{} ({flag})", env.to_string_lossy())
+            }),
+        _ => flag,
+    }
+}
+
 /// The command line and the config it makes; a wrong one ends the process with clap's message
 /// and exit code 2.
 pub(crate) fn settings() -> (Cli, RateLimitConfig) {
@@ -204,20 +220,7 @@ pub(crate) fn settings() -> (Cli, RateLimitConfig) {
                     Some(ValueSource::CommandLine | ValueSource::EnvVariable)
                 )
             })
-            .map(|id| {
-                let flag = format!("--{}", id.replace('_', "-"));
-                match matches.value_source(id) {
-                    // The variable a deployment set, as it set it.
-                    Some(ValueSource::EnvVariable) => Cli::command()
-                        .get_arguments()
-                        .find(|a| a.get_id() == *id)
-                        .and_then(|a| a.get_env())
-                        .map_or(flag.clone(), |env| {
-                            format!("{} ({flag})", env.to_string_lossy())
-                        }),
-                    _ => flag,
-                }
-            })
+            .map(|id| given_as(&matches, id))
             .collect();
         if !given.is_empty() {
             let message = format!(
@@ -236,7 +239,7 @@ pub(crate) fn settings() -> (Cli, RateLimitConfig) {
         let given: Vec<String> = ["redis_timeout", "redis_ca", "redis_cert", "redis_key"]
             .iter()
             .filter(|id| matches.value_source(id).is_some())
-            .map(|id| format!("--{}", id.replace('_', "-")))
+            .map(|id| given_as(&matches, id))
             .collect();
         if !given.is_empty() {
             let message = format!(
