@@ -296,7 +296,9 @@ impl Model {
         if limited && style != HeaderStyle::Ietf {
             headers.push(format!("x-ratelimit-remaining: {}", e.remaining));
         }
-        if limited && (style != HeaderStyle::Ietf || !e.allowed) {
+        // In every style on a 429 and on a shadow denial (README "Shadow mode": the
+        // `Retry-After` a 429 would have carried, on a 200).
+        if limited && (style != HeaderStyle::Ietf || !e.allowed || e.shadow_blocked_by.is_some()) {
             headers.push(format!("retry-after: {retry_after_secs}"));
         }
         if style != HeaderStyle::Legacy {
