@@ -15,7 +15,8 @@ use crate::algorithm::{self, TierFacts, Verdict};
 use crate::store::{Answer, StoreRequest, TierCheck};
 use crate::tier::Tier;
 
-const NO_FACTS: TierFacts = TierFacts {
+/// The facts of a tier slot no log fills (the request names fewer than three tiers).
+pub(super) const NO_FACTS: TierFacts = TierFacts {
     limit: 0,
     shadow: false,
     count: 0,

@@ -16,9 +16,10 @@
 
 use std::sync::atomic::Ordering;
 
+use super::decide::NO_FACTS;
 use super::log::Log;
 use super::MemoryStore;
-use crate::algorithm::{self, TierFacts, Verdict};
+use crate::algorithm::{self, Verdict};
 use crate::store::Answer;
 use crate::tier::Tier;
 
@@ -37,13 +38,6 @@ pub(crate) struct Direct<'a> {
 }
 
 const TIERS: [Tier; 3] = [Tier::User, Tier::Endpoint, Tier::Global];
-
-const NO_FACTS: TierFacts = TierFacts {
-    limit: 0,
-    shadow: false,
-    count: 0,
-    oldest: None,
-};
 
 impl MemoryStore {
     /// The answer to `req` if its keys are tracked, no key is blocked and no sweep is due
