@@ -35,7 +35,10 @@ pub enum TimeSource {
     /// touches by at most `e` (it may then admit, or make others wait, up to `e` early or late).
     /// So with several instances the limits are exact only with [`Redis`](Self::Redis): an
     /// instance a day behind frees every entry it meets for the others, which can then admit a
-    /// fresh limit on each of its checks (the guide's "Time": [`crate::guides::redis`]).
+    /// fresh limit on each of its checks; and even on one clock, a check that waited in its
+    /// connection's queue arrives with a `now` older than entries others recorded meanwhile,
+    /// and moves them back, so a window can hold more than its limit, whatever the costs (the
+    /// guide's "Time": [`crate::guides::redis`]).
     App,
 }
 
