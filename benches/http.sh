@@ -17,7 +17,10 @@
 # (bare, headers, ours, ..., bare, headers, ...) REPS times, and the table gives each mode's
 # median requests/s and p99 latency, and the ratios of ours and inner to the others: of the
 # medians, and the median (with the lowest and highest) of the rounds' own ratios, which the
-# machine's drift from round to round moves less.
+# machine's drift from round to round moves less. With inner and headers or governor among the
+# modes it ends with issue 11's target 2 judged on those rounds' ratios: met or not met only
+# when a 95% confidence interval of their median (distribution-free: order statistics) lies
+# wholly on one side of the target, else undecided, which more rounds (REPS) may settle.
 #
 #   benches/http.sh                       # about 4 minutes with the defaults
 #   DURATION=5s REPS=1 benches/http.sh    # a quick look
@@ -205,6 +208,34 @@ paired() { # mode a, mode b, column -> "median (lowest-highest)" of the rounds' 
     printf '%.3f (%.2f-%.2f)' "$(median <<<"$r")" "$(sort -g <<<"$r" | head -1)" \
         "$(sort -g <<<"$r" | tail -1)"
 }
+ci95() { # numbers on stdin -> "lowest highest": a 95% confidence interval of their median
+    # that assumes nothing of their distribution: the k-th smallest and the k-th largest, k the
+    # largest with P(Binomial(n, 1/2) < k) <= 0.025 (n >= 6; 7th and 18th of 24 rounds).
+    sort -g | awk '{ v[NR] = $1 } END {
+        n = NR; cdf = 0; k = 0; c = 1; p = 0.5 ^ n
+        for (i = 0; i <= n; i++) {
+            if (i > 0) c = c * (n - i + 1) / i
+            if (cdf + c * p > 0.025) break
+            cdf += c * p; k = i + 1
+        }
+        if (k < 1) print "nan nan"; else print v[k], v[n + 1 - k]
+    }'
+}
+verdict() { # label, mode a, mode b, column, target, "at_least" | "at_most"
+    # Whether the rounds' ratios a / b meet the target: "met" when the whole 95% interval of
+    # their median is on the target's side, "not met" when it is wholly on the other, else
+    # "undecided" (the machine's noise is larger than the margin: more rounds may decide).
+    local r lo hi word
+    r=$(ratios "$2" "$3" "$4")
+    [ "$(wc -l <<<"$r")" -ge 6 ] || { echo "- $1: fewer than 6 rounds, no verdict"; return; }
+    read -r lo hi <<<"$(ci95 <<<"$r")"
+    word=$(awk -v lo="$lo" -v hi="$hi" -v t="$5" -v way="$6" 'BEGIN {
+        if (way == "at_least") print (lo >= t ? "met" : (hi < t ? "not met" : "undecided"));
+        else print (hi <= t ? "met" : (lo > t ? "not met" : "undecided"))
+    }')
+    printf -- '- %s: median of the rounds %.3f, 95%% interval %.3f-%.3f: **%s**\n' "$1" \
+        "$(median <<<"$r")" "$lo" "$hi" "$word"
+}
 compare() { # label, mode a, mode b
     echo "- $1: $(ratio "${RPS[$2]}" "${RPS[$3]}") of the throughput," \
         "$(ratio "${P99[$2]}" "${P99[$3]}")x the p99 latency," \
@@ -247,6 +278,25 @@ cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
         fi
         if [ -n "${RPS[inner_handler]:-}" ]; then
             compare "inner_handler / inner" inner_handler inner
+        fi
+    fi
+    if [ -n "${RPS[inner]:-}" ] && { [ -n "${RPS[headers]:-}" ] || [ -n "${RPS[governor]:-}" ]; }; then
+        echo
+        echo "Issue 11, target 2, on the rounds' own ratios (inner, the layer with axum's body):"
+        if [ -n "${RPS[headers]:-}" ]; then
+            verdict "throughput, inner / headers >= 0.97" inner headers 4 0.97 at_least
+        fi
+        if [ -n "${RPS[governor]:-}" ]; then
+            verdict "throughput, inner / governor >= 1.0" inner governor 4 1.0 at_least
+            verdict "p99 latency, inner / governor <= 1.0" inner governor 6 1.0 at_most
+        fi
+        # The same targets on the server's CPU a request (1 / throughput when the server is
+        # the bottleneck): 0.97x the throughput is 1 / 0.97 = 1.031x the CPU.
+        if [ -n "${RPS[headers]:-}" ]; then
+            verdict "server CPU a request, inner / headers <= 1.031" inner headers 11 1.031 at_most
+        fi
+        if [ -n "${RPS[governor]:-}" ]; then
+            verdict "server CPU a request, inner / governor <= 1.0" inner governor 11 1.0 at_most
         fi
     fi
     echo
