@@ -1,7 +1,11 @@
 //! Configuration: builder validation (every error names its field, nothing panics), serde from
 //! JSON and TOML (one raw form: an empty file is the builder's defaults), `config::parse_duration`
-//! (the one duration rule of files and command lines), and the `ManualClock` tests drive the
-//! limiter with.
+//! (the one duration rule of files and command lines), the README's sample file
+//! (`tests/config/sample_file.rs`), and the `ManualClock` tests drive the limiter with.
+
+#[cfg(feature = "redis")]
+#[path = "config/sample_file.rs"]
+mod sample_file;
 
 use std::time::Duration;
 

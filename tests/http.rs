@@ -1,5 +1,9 @@
 //! The layer end to end: axum routers served on real TCP listeners, hit with real HTTP requests.
+//! What the README and docs/POLICIES.md show of its answers is `tests/http/answers.rs`.
 #![cfg(feature = "axum")]
+
+#[path = "http/answers.rs"]
+mod answers;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

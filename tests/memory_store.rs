@@ -1,12 +1,13 @@
 //! The in-memory store on its own: exactness under many threads, no trace of denied requests
 //! under concurrency, eviction of idle keys, and the inspection API (`entries`, `oldest`,
-//! `tracked_keys`, `clear`); its key cap is `tests/memory_key_cap.rs`. Driven by a
-//! `ManualClock`: no sleeps.
+//! `tracked_keys`, `clear`); plans by resolver are `tests/memory_store/plans.rs`, its key cap
+//! `tests/memory_key_cap.rs`. Driven by a `ManualClock`: no sleeps.
 
 mod common;
+#[path = "memory_store/plans.rs"]
+mod plans;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::limits;
@@ -480,49 +481,6 @@ fn default_store_and_config_defaults() {
         });
         assert_eq!(store.tracked_keys(), 2);
     }
-}
-
-// ------------------------------------------------------------------ plans by resolver
-
-#[tokio::test]
-async fn a_plan_resolver_is_asked_once_per_user_and_ttl() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let asked = Arc::new(AtomicUsize::new(0));
-    let counter = asked.clone();
-    let clock = ManualClock::at(T0);
-    let config = limits(1, 0, 0, MINUTE)
-        .plan("premium", 3)
-        .user_plan("listed", "premium")
-        .build()
-        .unwrap();
-    let limiter = RateLimiter::builder(config)
-        .clock(clock.clone())
-        .plan_resolver(Duration::from_secs(30), move |user| {
-            counter.fetch_add(1, Ordering::SeqCst);
-            user.starts_with("p-").then(|| "premium".to_owned())
-        })
-        .build();
-    let mut admitted = 0;
-    for _ in 0..5 {
-        admitted += usize::from(limiter.check("p-1", "/").await.allowed());
-    }
-    assert_eq!(admitted, 3, "premium through the resolver");
-    assert_eq!(asked.load(Ordering::SeqCst), 1, "cached");
-    assert!(limiter.check("free", "/").await.allowed());
-    assert!(
-        !limiter.check("free", "/").await.allowed(),
-        "default limit 1"
-    );
-    assert_eq!(asked.load(Ordering::SeqCst), 2);
-    // The config's map comes first: no call for a listed user.
-    for _ in 0..3 {
-        assert!(limiter.check("listed", "/").await.allowed());
-    }
-    assert_eq!(asked.load(Ordering::SeqCst), 2);
-    // Past the TTL the resolver is asked again.
-    clock.advance(Duration::from_secs(31));
-    limiter.check("p-1", "/").await;
-    assert_eq!(asked.load(Ordering::SeqCst), 3);
 }
 
 #[test]

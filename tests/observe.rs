@@ -1,10 +1,13 @@
 //! Metrics and tracing, observed from outside: a metrics recorder installed for this whole test
-//! binary (so everything lives in one test), and a tracing subscriber writing to a buffer.
+//! binary (so everything lives in one test), and a tracing subscriber writing to a buffer. The
+//! stores seen: memory, a custom store that fails, Redis until it is killed, and Redis with the
+//! opt-in recovery, killed and restarted.
 #![cfg(all(feature = "redis", feature = "axum"))]
 
 mod common;
 
-use std::time::Duration;
+use std::future::Future;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::routing::get;
@@ -13,9 +16,11 @@ use common::logs::Logs;
 use common::{free_port, limits, RedisServer};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use tiered_ratelimit::observe::{
-    BLOCK_CHANGES_TOTAL, CHECKS_TOTAL, FALLBACKS_TOTAL, STORE_DURATION_SECONDS, STORE_ERRORS_TOTAL,
+    BLOCK_CHANGES_TOTAL, CHECKS_TOTAL, FALLBACKS_TOTAL, RECOVERIES_TOTAL, STORE_DURATION_SECONDS,
+    STORE_ERRORS_TOTAL,
 };
-use tiered_ratelimit::{Backend, BlockTarget, RateLimitLayer, RateLimiter};
+use tiered_ratelimit::store::{Store, StoreError, StoreOutcome, StoreRequest};
+use tiered_ratelimit::{Backend, BlockTarget, ManualClock, RateLimitLayer, RateLimiter, Tier};
 use tower::ServiceExt;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -71,6 +76,25 @@ fn histogram_samples(s: &Snap, name: &str, backend: &str) -> usize {
             _ => 0,
         })
         .sum()
+}
+
+/// A custom store (`Backend::Custom`) whose every check fails.
+#[derive(Clone)]
+struct Failing;
+
+impl Store for Failing {
+    fn check(
+        &self,
+        _request: &StoreRequest<'_>,
+    ) -> impl Future<Output = Result<StoreOutcome, StoreError>> + Send {
+        std::future::ready(Err(StoreError::new("down")))
+    }
+    fn reset(&self, _tier: Tier, _id: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
+        std::future::ready(Ok(()))
+    }
+    fn backend(&self) -> Backend {
+        Backend::Custom
+    }
 }
 
 /// A limiter of `limits` on `server`, connected, with timeouts no hiccup of a loaded machine
@@ -157,6 +181,17 @@ async fn metrics_and_spans_report_decisions_fallbacks_and_store_latency() {
     let changes = |action| counter(&m, BLOCK_CHANGES_TOTAL, &[("action", action)]);
     assert_eq!((changes("block"), changes("unblock")), (2, 1));
 
+    // docs/POLICIES.md, "Metrics and tracing": store errors and latency have `backend` =
+    // `redis` | `custom`. A custom store that fails lets the check through, counted and timed.
+    let custom = RateLimiter::builder(limits(2, 0, 0, MINUTE).build().unwrap())
+        .clock(ManualClock::new())
+        .store(Failing)
+        .build();
+    assert!(custom.check("a", "/").await.allowed());
+    let m = snap(&s);
+    assert_eq!(histogram_samples(&m, STORE_DURATION_SECONDS, "custom"), 1);
+    assert_eq!(counter(&m, STORE_ERRORS_TOTAL, &[("backend", "custom")]), 1);
+
     // Redis: store latency.
     let server = RedisServer::start();
     let redis = on_redis(&server, limits(5, 0, 0, MINUTE)).await;
@@ -188,6 +223,16 @@ async fn metrics_and_spans_report_decisions_fallbacks_and_store_latency() {
         "a killed server is an outage"
     );
     assert!(counter(&m, STORE_ERRORS_TOTAL, &[("backend", "redis")]) >= 1);
+    // docs/OPERATIONS.md: after a fallback "the latency lines stop, as memory checks are not
+    // timed".
+    for i in 0..10 {
+        assert!(redis.check(&format!("t{i}"), "/").await.allowed());
+    }
+    let m = snap(&s);
+    for backend in ["memory", "redis", "custom"] {
+        let timed = histogram_samples(&m, STORE_DURATION_SECONDS, backend);
+        assert_eq!(timed, 0, "timed as {backend} after the fallback");
+    }
     // Redis absent at start: a second limiter, a second fallback.
     let absent = RateLimiter::connect(
         limits(5, 0, 0, MINUTE)
@@ -216,6 +261,38 @@ async fn metrics_and_spans_report_decisions_fallbacks_and_store_latency() {
     let m = snap(&s);
     assert_eq!(counter(&m, FALLBACKS_TOTAL, &[("reason", "config")]), 1);
     assert_eq!(counter_sum(&m, FALLBACKS_TOTAL), 1);
+
+    // docs/POLICIES.md, "Fallback recovery": "`tiered_ratelimit_fallbacks_total` /
+    // `tiered_ratelimit_recoveries_total` count them", each swap to memory and each back.
+    let mut recovering = RedisServer::start();
+    let limiter = RateLimiter::connect(
+        limits(3, 0, 0, MINUTE)
+            .redis_url(recovering.url())
+            .redis_command_timeout(Duration::from_secs(1))
+            .redis_connect_timeout(Duration::from_secs(5))
+            .redis_recovery(Duration::from_millis(50), Duration::from_millis(200))
+            .build()
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(limiter.backend(), Backend::Redis);
+    snap(&s);
+    for round in 0..2 {
+        recovering.kill();
+        assert!(limiter.check("u", "/").await.allowed());
+        assert_eq!(limiter.backend(), Backend::Memory, "round {round}");
+        assert_eq!(counter_sum(&snap(&s), FALLBACKS_TOTAL), 1, "round {round}");
+        recovering.restart();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while limiter.backend() != Backend::Redis && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(limiter.backend(), Backend::Redis, "round {round}");
+        tokio::time::sleep(Duration::from_millis(50)).await; // counted just after the swap
+        let m = snap(&s);
+        assert_eq!(counter(&m, RECOVERIES_TOTAL, &[]), 1, "round {round}");
+        assert_eq!(counter_sum(&m, FALLBACKS_TOTAL), 0, "round {round}");
+    }
 
     // The layer's span carries the tier and the decision.
     let app = Router::new()

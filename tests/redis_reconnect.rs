@@ -1,6 +1,7 @@
 //! Connections Redis closes or loses while the service is quiet: its idle `timeout`, a restart.
 //! Neither is Redis failing a check, so neither is a fallback; and a store that did fall back
-//! (or was dropped) stops reconnecting. Against `redis-server` processes this test starts.
+//! (or was dropped) stops reconnecting. A limiter made outside a runtime connects at its first
+//! check. Against `redis-server` processes this test starts.
 #![cfg(feature = "redis")]
 
 mod common;
@@ -272,4 +273,30 @@ async fn denied_round_trips(limiter: &RateLimiter, server: &RedisServer, user: &
         assert!(!limiter.check(user, "/").await.allowed());
     }
     server.command_calls("evalsha") - before
+}
+
+/// docs/REDIS.md, "The fallback": "`RateLimiter::new` never waits: it starts connecting in the
+/// background (or at the first check, when made outside a tokio runtime)".
+#[test]
+fn a_limiter_made_outside_a_runtime_connects_at_its_first_check() {
+    let server = RedisServer::start();
+    let limiter = RateLimiter::new(config(&server, 3, STEADY)); // no runtime here
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        assert!(limiter.check("outside", "/").await.allowed());
+        assert_eq!(
+            limiter.backend(),
+            Backend::Redis,
+            "{:?}",
+            limiter.fallback_cause()
+        );
+    });
+    assert_eq!(
+        server.cli(&["ZCARD", "rate_limit:user:outside"]).trim(),
+        "1"
+    );
 }

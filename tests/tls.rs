@@ -14,7 +14,7 @@ use rcgen::{
     KeyUsagePurpose,
 };
 use tiered_ratelimit::{
-    Backend, ConnectError, RateLimitConfig, RateLimitConfigBuilder, RateLimiter,
+    Backend, ConfigError, ConnectError, RateLimitConfig, RateLimitConfigBuilder, RateLimiter,
 };
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -290,14 +290,40 @@ async fn a_tls_url_against_a_plaintext_port_never_sends_a_command() {
     );
 }
 
+/// docs/REDIS.md, "TLS": "A TLS setting with a plaintext URL is a `ConfigError`
+/// (`TlsFileWithoutTls`, naming the setting) ... So is a certificate without its key, or the
+/// reverse (`IncompleteClientCert`)." Every TLS scheme takes the files.
 #[test]
-fn tls_settings_need_a_tls_url() {
+fn tls_settings_need_a_tls_url_and_a_client_cert_needs_its_key() {
     let e = RateLimitConfig::builder()
         .redis_url("redis://127.0.0.1:6379")
         .redis_tls_ca_file("/etc/ca.pem")
         .build()
         .unwrap_err();
+    assert_eq!(e, ConfigError::TlsFileWithoutTls("redis.tls_ca_file"));
     assert_eq!(e.field(), "redis.tls_ca_file");
+    assert!(e.to_string().contains("rediss://"), "{e}");
+    let e = RateLimitConfig::builder()
+        .redis_url("redis+unix:///tmp/redis.sock")
+        .redis_tls_client_cert("/c.pem", "/k.pem")
+        .build()
+        .unwrap_err();
+    assert!(matches!(e, ConfigError::TlsFileWithoutTls(_)), "{e:?}");
+    for url in [
+        "rediss://h:6380",
+        "valkeys://h:6380",
+        "rediss-cluster://h:7000",
+        "rediss-sentinel://h:26379?sentinelServiceName=m",
+    ] {
+        let ok = RateLimitConfig::builder()
+            .redis_url(url)
+            .redis_tls_ca_file("/ca.pem")
+            .redis_tls_client_cert("/c.pem", "/k.pem")
+            .build();
+        assert!(ok.is_ok(), "{url}: {ok:?}");
+    }
+
+    // From a file: JSON, then TOML, each naming the missing half or the setting.
     let mut config = tiered_ratelimit::RedisConfig {
         url: "rediss://127.0.0.1:6379".into(),
         ..RateLimitConfig::builder()
@@ -312,6 +338,19 @@ fn tls_settings_need_a_tls_url() {
     let text = serde_json::json!({ "window": "60s", "redis": config }).to_string();
     let e = serde_json::from_str::<RateLimitConfig>(&text).unwrap_err();
     assert!(e.to_string().contains("redis.tls_key_file"), "{e}");
+    for (redis, named) in [
+        (
+            "url = \"rediss://h\"\ntls_key_file = \"/k.pem\"",
+            "redis.tls_cert_file",
+        ),
+        (
+            "url = \"redis://h\"\ntls_ca_file = \"/ca.pem\"",
+            "redis.tls_ca_file",
+        ),
+    ] {
+        let e = toml::from_str::<RateLimitConfig>(&format!("[redis]\n{redis}\n")).unwrap_err();
+        assert!(e.to_string().contains(named), "{redis}: {e}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@ use axum::routing::get;
 use axum::Router;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use tiered_ratelimit::{admin, ManualClock, RateLimitLayer, RateLimiter};
+use tiered_ratelimit::{admin, CheckRequest, ManualClock, RateLimitLayer, RateLimiter, UserKey};
 
 use crate::common::{limits, RedisServer, TestBackend};
 use crate::config;
@@ -119,8 +119,12 @@ pub async fn usage_reset_block_and_unblock_over_http(b: TestBackend) {
     let refused = admin.items("mallory").await;
     assert_eq!(refused.status(), 429);
     assert_eq!(refused.headers()["retry-after"], "120");
+    // docs/OPERATIONS.md, "Admin routes": `POST /unblock` answers `200 {"unblocked": {...}}`.
     let (status, _, out) = admin.post("/unblock", r#"{"user":"mallory"}"#).await;
-    assert_eq!(status, 200, "{out}");
+    assert_eq!(
+        (status, &out),
+        (StatusCode::OK, &json!({"unblocked": {"user": "mallory"}}))
+    );
     assert_eq!(admin.items("mallory").await.status(), 200);
 
     let (status, _, _) = admin
@@ -184,7 +188,15 @@ async fn every_bad_request_is_a_problem_naming_the_field() {
             400,
             "`ip`: \"not-an-ip\" is no address",
         ),
-        // The user limit is 0: a user block would stop nothing.
+        // docs/OPERATIONS.md: `422` for a block the configuration would not enforce: an IPv4
+        // network wider than one address, or
+        (
+            "/block",
+            r#"{"ip":"10.0.0.0/8","seconds":60}"#,
+            422,
+            "one address at a time",
+        ),
+        // the user limit is 0: a user block would stop nothing.
         ("/block", r#"{"user":"a","seconds":5}"#, 422, "switched off"),
         ("/unblock", r#"{"user":"a","seconds":5}"#, 400, "`seconds`"),
         // The layer never counts a request under an empty id or route: a block of one would
@@ -235,6 +247,13 @@ async fn every_bad_request_is_a_problem_naming_the_field() {
         .as_str()
         .unwrap()
         .contains("GET is not allowed"));
+    // A path the routes do not serve: a 404 problem.
+    let (got, kind, problem) = admin.get("/nope").await;
+    assert_eq!(
+        (got.as_u16(), kind.as_str()),
+        (404, "application/problem+json"),
+        "{problem}"
+    );
     let (got, kind, problem) = admin.get("/usage?user=a&ip=192.0.2.1").await;
     assert_eq!(
         (got.as_u16(), kind.as_str()),
@@ -249,6 +268,26 @@ async fn every_bad_request_is_a_problem_naming_the_field() {
         .as_str()
         .unwrap()
         .contains("one address at a time"));
+}
+
+/// docs/OPERATIONS.md, "Admin routes": `GET /usage` with no `endpoint` reads the
+/// unmatched-route key.
+#[tokio::test]
+async fn a_usage_without_an_endpoint_reads_the_unmatched_route_key() {
+    let b = TestBackend::memory();
+    let limiter = RateLimiter::builder(config(&b, limits(5, 100, 0, MINUTE)))
+        .clock(ManualClock::new())
+        .build();
+    let admin = Admin {
+        url: serve(limiter.clone()).await,
+        client: reqwest::Client::new(),
+    };
+    let unmatched = CheckRequest::new(UserKey::Id("u"), None);
+    assert!(limiter.check_request(unmatched).await.allowed());
+    let (status, _, usage) = admin.get("/usage?user=u").await;
+    assert_eq!(status, 200, "{usage}");
+    assert_eq!(usage["tiers"][1]["tier"], "endpoint", "{usage}");
+    assert_eq!(usage["tiers"][1]["used"], 1, "{usage}");
 }
 
 #[tokio::test]
