@@ -61,7 +61,11 @@ async fn a_sub_second_window_still_says_retry_after_one() {
         .user_limit(1)
         .build()
         .unwrap();
-    let app = items_router().route_layer(header_user_id(RateLimitLayer::new(config)));
+    // On a manual clock: the second request meets the first's entry however slow the machine.
+    let limiter = RateLimiter::builder(config)
+        .clock(ManualClock::at(Duration::from_secs(1_000_000)))
+        .build();
+    let app = items_router().route_layer(header_user_id(RateLimitLayer::from_limiter(limiter)));
     let url = format!("{}/api/v1/items", serve(app, false).await);
     let client = reqwest::Client::new();
     assert_eq!(
