@@ -4,6 +4,8 @@
 #![cfg(feature = "redis")]
 
 mod common;
+#[path = "redis_hardening/sliding.rs"]
+mod sliding;
 
 use std::time::{Duration, Instant};
 
