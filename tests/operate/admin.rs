@@ -83,10 +83,19 @@ async fn reply(resp: reqwest::Response) -> (StatusCode, String, Value) {
 }
 
 async fn admin_on(b: &TestBackend, user_limit: u64) -> Admin {
+    admin_of(limiter_on(b, user_limit)).await
+}
+
+/// The limiter `admin_on` serves: `user_limit`, an endpoint limit of 100, a minute.
+fn limiter_on(b: &TestBackend, user_limit: u64) -> RateLimiter {
     let clock = ManualClock::at(Duration::from_secs(1_000_000));
-    let limiter = RateLimiter::builder(config(b, limits(user_limit, 100, 0, MINUTE)))
+    RateLimiter::builder(config(b, limits(user_limit, 100, 0, MINUTE)))
         .clock(clock)
-        .build();
+        .build()
+}
+
+/// The admin routes of `limiter`, served once it is connected.
+async fn admin_of(limiter: RateLimiter) -> Admin {
     limiter.wait_connected().await;
     Admin {
         url: serve(limiter).await,
@@ -274,14 +283,8 @@ async fn every_bad_request_is_a_problem_naming_the_field() {
 /// unmatched-route key.
 #[tokio::test]
 async fn a_usage_without_an_endpoint_reads_the_unmatched_route_key() {
-    let b = TestBackend::memory();
-    let limiter = RateLimiter::builder(config(&b, limits(5, 100, 0, MINUTE)))
-        .clock(ManualClock::new())
-        .build();
-    let admin = Admin {
-        url: serve(limiter.clone()).await,
-        client: reqwest::Client::new(),
-    };
+    let limiter = limiter_on(&TestBackend::memory(), 5);
+    let admin = admin_of(limiter.clone()).await;
     let unmatched = CheckRequest::new(UserKey::Id("u"), None);
     assert!(limiter.check_request(unmatched).await.allowed());
     let (status, _, usage) = admin.get("/usage?user=u").await;
