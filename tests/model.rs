@@ -45,10 +45,7 @@ use crate::common::{limits, TestBackend};
 
 /// A seed of its own for this run, unless `MODEL_SEED` names one.
 fn fresh_seed() -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_nanos() as u64;
+    let nanos = crate::common::wall_clock().as_nanos() as u64;
     Rng(nanos ^ (u64::from(std::process::id()) << 32)).next()
 }
 

@@ -372,10 +372,7 @@ async fn a_batch_answers_and_writes_what_its_checks_alone_would() {
     let seeds: Vec<u64> = match env_u64("BATCH_SEED") {
         Some(seed) => vec![seed],
         None => {
-            let base = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64;
+            let base = common::wall_clock().as_nanos() as u64;
             let n = env_u64("BATCH_SEQUENCES").unwrap_or(40);
             // Seeds that once found a fault a random run meets rarely, then fresh ones.
             let found = [

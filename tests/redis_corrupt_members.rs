@@ -377,10 +377,7 @@ async fn batch_equals_alone_with_garbage_inside_a_picture() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limiter_meeting_a_member_it_did_not_write_falls_back_naming_the_tier() {
     let server = RedisServer::start();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as u64;
+    let now = common::wall_clock().as_micros() as u64;
     let same_length = format!("{:0>16}", "a");
     for (user, name) in [("short", "garbage-zz".to_owned()), ("long", same_length)] {
         let key = format!("rate_limit:user:{user}");

@@ -115,10 +115,7 @@ async fn by_default_the_redis_clock_times_every_instance() {
     // The entries carry the server's time, not either app clock.
     let oldest = server.cli(&["ZRANGE", "rate_limit:global", "0", "0", "WITHSCORES"]);
     let score: u64 = oldest.lines().nth(1).unwrap().trim().parse().unwrap();
-    let server_now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as u64;
+    let server_now = common::wall_clock().as_micros() as u64;
     assert!(
         server_now.abs_diff(score) < 60_000_000,
         "{score} vs {server_now}"

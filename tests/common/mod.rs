@@ -15,12 +15,15 @@ pub mod rng;
 #[cfg(feature = "redis")]
 pub mod script;
 mod server;
+mod wall;
 
 // Each test binary uses some of these, as with the rest of this module (`dead_code` above).
 #[allow(unused_imports)]
 pub use cluster::RedisCluster;
 #[allow(unused_imports)]
 pub use server::{free_port, spawn_failed, temp_dir, RedisServer};
+#[allow(unused_imports)]
+pub use wall::wall_clock;
 
 use tiered_ratelimit::{
     Backend, ManualClock, RateLimitConfig, RateLimitConfigBuilder, RateLimiter, TimeSource,

@@ -65,9 +65,7 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     // The time too: a process id comes back (a CI run starts thousands of processes), and a
     // directory an earlier process of that id left behind (a shared cluster is never dropped)
     // holds its `nodes.conf`, which made a new cluster node fail to start in one CI run.
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
+    let nanos = super::wall_clock().as_nanos();
     let dir = std::env::temp_dir().join(format!(
         "tiered-ratelimit-{tag}-{}-{}-{nanos}",
         std::process::id(),

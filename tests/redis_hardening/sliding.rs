@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use crate::common::rng::Rng;
 use crate::common::RedisServer;
@@ -30,10 +30,7 @@ impl Clock for Skewed {
 }
 
 fn wall_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as u64
+    crate::common::wall_clock().as_micros() as u64
 }
 
 /// One admitted request: its keys with their limits, its cost, and the wall time around it.
