@@ -208,6 +208,39 @@ async fn a_non_utf8_entry_written_by_the_client_does_not_hide_what_the_proxy_app
     );
 }
 
+/// An outside audit's bypass, through real requests: behind a proxy that appends to the
+/// client's `Forwarded` line (`$http_forwarded, for=$remote_addr`), a client that opened a
+/// quote and never closed it (`x="`) had the proxy's element swallowed and was counted under
+/// the proxy's address: a second bucket for a client at its limit, taken from every request
+/// whose chain cannot be read. It keeps its own, and the proxy's stays free.
+#[tokio::test]
+async fn a_quote_the_client_leaves_open_does_not_hide_what_the_proxy_appended() {
+    let layer = RateLimitLayer::new(config(1, 0, 0))
+        .trusted_proxies(["127.0.0.0/8".parse().unwrap()])
+        .client_ip_header(http::header::FORWARDED);
+    let base = serve(items_router().route_layer(layer), true).await;
+    let client = reqwest::Client::new();
+    let url = format!("{base}/api/v1/items");
+    let forwarded = |value: &'static str| get_forwarded(&client, &url, "forwarded", value);
+    assert_eq!(forwarded("for=198.51.100.4").await, StatusCode::OK);
+    assert_eq!(
+        forwarded("x=\", for=198.51.100.4").await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the same client, at its limit"
+    );
+    assert_eq!(
+        forwarded("x=\", for=198.51.100.5").await,
+        StatusCode::OK,
+        "another client, in its own bucket"
+    );
+    let no_header = client.get(&url).send().await.unwrap().status();
+    assert_eq!(
+        no_header,
+        StatusCode::OK,
+        "the proxy's own bucket is untouched"
+    );
+}
+
 #[tokio::test]
 async fn forwarded_headers_from_an_untrusted_peer_are_ignored() {
     // Only 10.0.0.0/8 is trusted; the peer is 127.0.0.1, so it is the client whatever it says.

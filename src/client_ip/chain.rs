@@ -75,49 +75,81 @@ impl ClientIpRule {
     }
 }
 
-/// The `for=` address of each element of one `Forwarded` line (RFC 7239): elements split on
-/// `,` and parameters on `;`, but never inside a quoted string (`host="a,b;c"`, with `\`
-/// escapes), where proxies put values the client chose. An element with no `for`, or with
-/// two, gives `None`; an unbalanced quote runs to the end of the line.
+/// The `for=` address of each element of one `Forwarded` line (RFC 7239), left to right:
+/// elements split on `,` and parameters on `;`, but never inside a quoted string
+/// (`host="a,b;c"`, with `\` escapes), where proxies put values the client chose. An element
+/// with no `for`, or with two, gives `None`.
+///
+/// The line is read from the right, as the trusted proxies' elements are: they are the last
+/// ones and well formed, so whatever the client wrote to their left (a quote it never closes,
+/// say) cannot change how they read. A quote with no opening quote to its left makes its
+/// element and the rest of the line one `None`: the client's part, broken (an outside audit
+/// sent `Forwarded: x="`; read from the left, that quote swallowed the element the proxy
+/// appended, and the client was counted under the proxy's address).
 fn forwarded_elements(line: &[u8]) -> Vec<Option<IpAddr>> {
     let mut out = Vec::new();
     // This element's `for` value: none yet, one, or more than one.
     let mut found: Option<Option<IpAddr>> = None;
     let mut twice = false;
-    let (mut start, mut quoted, mut escaped) = (0, false, false);
-    for i in 0..=line.len() {
-        let b = line.get(i).copied();
-        if quoted && b.is_some() {
-            match b {
-                _ if escaped => escaped = false,
-                Some(b'\\') => escaped = true,
-                Some(b'"') => quoted = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            Some(b'"') => {
-                quoted = true;
-                continue;
-            }
-            Some(b';' | b',') | None => {}
-            Some(_) => continue,
-        }
-        let pair = &line[start..i];
-        start = i + 1;
+    // The current parameter is `line[i..end]` once its left edge `i` is found.
+    let (mut i, mut end) = (line.len(), line.len());
+    loop {
+        let edge = match i.checked_sub(1) {
+            None => None,
+            Some(at) => match line[at] {
+                b'"' => {
+                    match opening_quote(line, at) {
+                        Some(open) => i = open,
+                        None => {
+                            // Broken: this element and all to its left are one bad entry.
+                            out.push(None);
+                            break;
+                        }
+                    }
+                    continue;
+                }
+                b @ (b';' | b',') => Some(b),
+                _ => {
+                    i = at;
+                    continue;
+                }
+            },
+        };
+        let pair = &line[i..end];
         if let Some(at) = pair.iter().position(|c| *c == b'=') {
             if pair[..at].trim_ascii().eq_ignore_ascii_case(b"for") {
                 twice |= found.is_some();
                 found = Some(parse_node(&unquote(&pair[at + 1..])));
             }
         }
-        if b != Some(b';') {
+        if edge != Some(b';') {
             out.push(if twice { None } else { found.flatten() });
             (found, twice) = (None, false);
         }
+        let Some(_) = edge else { break };
+        i -= 1;
+        end = i;
     }
+    out.reverse();
     out
+}
+
+/// Where the quoted string that `line[close]` ends opens: the nearest `"` to its left that is
+/// not escaped (not preceded by an odd run of `\`). `None` if there is none.
+fn opening_quote(line: &[u8], close: usize) -> Option<usize> {
+    let mut at = close;
+    while let Some(quote) = line[..at].iter().rposition(|c| *c == b'"') {
+        let backslashes = line[..quote]
+            .iter()
+            .rev()
+            .take_while(|c| **c == b'\\')
+            .count();
+        if backslashes % 2 == 0 {
+            return Some(quote);
+        }
+        at = quote;
+    }
+    None
 }
 
 /// A parameter's value without its quotes and `\` escapes (`"[2001:db8::1]:80"`); a token, or
@@ -230,10 +262,86 @@ mod tests {
             "for=198.51.100.4, for=198.51.100.5;for=6.6.6.6",
         )]);
         assert_eq!(rule.chain(&p), [Some(ip("198.51.100.4")), None]);
-        let p = parts(&[("forwarded", "for=198.51.100.4;host=\"x, for=6.6.6.6")]);
-        assert_eq!(rule.chain(&p), [Some(ip("198.51.100.4"))]);
+        // A quote never closed is the client's: it and all to its left are one bad entry, and
+        // what the proxy appended after it still reads.
+        let p = parts(&[("forwarded", "for=6.6.6.6;host=\"x, for=198.51.100.4")]);
+        assert_eq!(rule.chain(&p), [None, Some(ip("198.51.100.4"))]);
         // Only the `for` key: `xfor=` and `for-x=` are other parameters.
         let p = parts(&[("forwarded", "xfor=6.6.6.6;for=198.51.100.4")]);
         assert_eq!(rule.chain(&p), [Some(ip("198.51.100.4"))]);
+    }
+    /// An outside audit's bypass: a client that sent `Forwarded: x="` behind a proxy that
+    /// appends to its line (`$http_forwarded, for=$remote_addr`) was counted under the proxy's
+    /// address, its quote swallowing the element the proxy appended. Now it keeps its own.
+    #[test]
+    fn a_quote_the_client_leaves_open_does_not_hide_what_the_proxy_appended() {
+        let rule = ClientIpRule {
+            header: ChainHeader::Forwarded,
+            ..behind(&["10.0.0.0/8"])
+        };
+        let peer = ip("10.0.0.1");
+        for client in [
+            "x=\"",
+            "for=\"",
+            "for=\"6.6.6.6",
+            "a=\"\\",
+            "\"",
+            "x=\"a\\\"",
+        ] {
+            let line = format!("{client}, for=198.51.100.4");
+            let p = parts(&[("forwarded", line.as_str())]);
+            assert_eq!(rule.client(&p, peer), ip("198.51.100.4"), "{line}");
+            assert_eq!(rule.chain(&p), [None, Some(ip("198.51.100.4"))], "{line}");
+            let hops = ClientIpRule {
+                proxies: Proxies::Hops(1),
+                ..rule.clone()
+            };
+            assert_eq!(hops.client(&p, peer), ip("198.51.100.4"), "{line}");
+        }
+    }
+
+    /// Whatever a client writes, the elements its proxies append after it read as they were
+    /// written: seeded lines of the bytes that matter to the parser (quotes, escapes,
+    /// separators, `for=`), then one or two well-formed proxy elements, some with quoted
+    /// values of their own. Each proxy's `for` is read, in order, at the end of the chain.
+    #[test]
+    fn what_the_proxies_append_reads_whatever_the_client_wrote_before_it() {
+        const PIECES: [&str; 12] = [
+            "\"", "\\", ",", ";", "=", "for", "for=", " ", "6.6.6.6", "x", "[::1]", "\\\"",
+        ];
+        let rule = ClientIpRule {
+            header: ChainHeader::Forwarded,
+            ..behind(&["10.0.0.0/8"])
+        };
+        for seed in 0..2_000 {
+            let mut next = crate::test_rng::seeded(seed);
+            let client: String = (0..next() % 12)
+                .map(|_| PIECES[(next() % PIECES.len() as u64) as usize])
+                .collect();
+            let proxies = [
+                "for=198.51.100.4",
+                "for=\"[2001:db8::7]:4711\";proto=https",
+                "by=10.0.0.9;for=198.51.100.5;host=\"a,b;\\\"for=6.6.6.6\"",
+            ];
+            let first = proxies[(next() % 3) as usize];
+            let second = proxies[(next() % 3) as usize];
+            let line = format!("{client}, {first}, {second}");
+            let p = parts(&[("forwarded", line.as_str())]);
+            let chain = rule.chain(&p);
+            let address = |element: &str| {
+                let at = element.find("for=").unwrap() + 4;
+                let value = element[at..].split(';').next().unwrap().trim_matches('"');
+                let value = value
+                    .strip_prefix('[')
+                    .map_or(value, |v| v.split(']').next().unwrap());
+                Some(ip(value))
+            };
+            assert!(chain.len() >= 3, "seed {seed}: {line:?} read as {chain:?}");
+            assert_eq!(
+                chain[chain.len() - 2..],
+                [address(first), address(second)],
+                "seed {seed}: {line:?}"
+            );
+        }
     }
 }
