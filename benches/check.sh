@@ -15,12 +15,12 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 rounds=${ROUNDS:-4}
 cases=${CASES:-hot_keys|two_threads}
-out=target/criterion
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
 
 # shellcheck source=benches/criterion.sh
 . benches/criterion.sh
+out=$CRITERION_HOME
 
 for round in $(seq "$rounds"); do
   cargo bench --quiet -p tiered-ratelimit-benches --bench check -- "$cases" >/dev/null 2>&1

@@ -12,28 +12,24 @@
 # Built in the `instructions` profile (release, one codegen unit: Cargo.toml), as the CI guard
 # (scripts/instructions.sh) is. Needs valgrind (Debian: apt-get install valgrind).
 set -euo pipefail
+shopt -s inherit_errexit
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 n=${N:-20000}
 command -v valgrind >/dev/null || { echo "valgrind is missing: apt-get install valgrind" >&2; exit 1; }
 cargo build --quiet --profile instructions -p tiered-ratelimit-benches --example count_check
-bin=target/instructions/examples/count_check
+bin=$(scripts/target-dir.sh)/instructions/examples/count_check
+[ -x "$bin" ] || { echo "count_check.sh: no binary at $bin" >&2; exit 1; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-
-count() {
-  # Only the checks' loop (and what it calls) is counted, not the set-up: see count_check.rs.
-  valgrind --tool=callgrind --toggle-collect='count_check::*_checks' \
-    --callgrind-out-file="$out/cg.out" "$bin" "$1" "$2" >/dev/null 2>&1
-  awk '/^summary:/ {print $2}' "$out/cg.out"
-}
+# shellcheck source=scripts/callgrind.sh
+. scripts/callgrind.sh
 
 modes="ours ours_route governor"
 [ "${TIERS:-0}" = 1 ] && modes="$modes ours_none ours_global ours_user ours_endpoint ours_user_endpoint"
 declare -A per
 for mode in $modes; do
-  a=$(count "$mode" "$n")
-  b=$(count "$mode" $((2 * n)))
-  per[$mode]=$(((b - a) / n))
+  # Only the checks' loop (and what it calls) is counted, not the set-up: see count_check.rs.
+  per[$mode]=$(callgrind_per_op "$out" "$n" --toggle-collect='count_check::*_checks' "$bin" "$mode")
   printf '%-10s %6d instructions per check\n' "$mode" "${per[$mode]}"
 done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }

@@ -10,26 +10,22 @@
 #
 # Needs valgrind (Debian: apt-get install valgrind).
 set -euo pipefail
+shopt -s inherit_errexit
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 n=${N:-20000}
 command -v valgrind >/dev/null || { echo "valgrind is missing: apt-get install valgrind" >&2; exit 1; }
 cargo build --quiet --release -p tiered-ratelimit-benches --example count_http
-bin=${CARGO_TARGET_DIR:-target}/release/examples/count_http
+bin=$(scripts/target-dir.sh)/release/examples/count_http
+[ -x "$bin" ] || { echo "count_http.sh: no binary at $bin" >&2; exit 1; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-
-count() {
-  # Only the requests' loop (and what it calls) is counted, not the set-up: see count_http.rs.
-  valgrind --tool=callgrind --toggle-collect='count_http::requests' \
-    --callgrind-out-file="$out/cg.out" "$bin" "$1" "$2" >/dev/null 2>&1
-  awk '/^summary:/ {print $2}' "$out/cg.out"
-}
+# shellcheck source=scripts/callgrind.sh
+. scripts/callgrind.sh
 
 declare -A per
 for mode in bare headers ours inner inner_handler governor governor_headers; do
-  a=$(count "$mode" "$n")
-  b=$(count "$mode" $((2 * n)))
-  per[$mode]=$(((b - a) / n))
+  # Only the requests' loop (and what it calls) is counted, not the set-up: see count_http.rs.
+  per[$mode]=$(callgrind_per_op "$out" "$n" --toggle-collect='count_http::requests' "$bin" "$mode")
   printf '%-16s %7d instructions per request\n' "$mode" "${per[$mode]}"
 done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }

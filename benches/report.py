@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Turns the measured data into the tables and the plot of docs/BENCHMARKS.md.
 
-Reads criterion's estimates (target/criterion/*/*/*/new/estimates.json, written by
-`cargo bench -p tiered-ratelimit-benches --bench check`) and, when present,
-benches/results/http.csv and redis.csv (written by benches/http.sh and benches/redis.sh).
-Prints markdown tables and writes docs/benchmarks.png (needs matplotlib: `pip install
-matplotlib`).
+Reads criterion's estimates (CRITERION_HOME, else the cargo target directory's
+criterion/*/*/*/new/estimates.json, written by
+`cargo bench -p tiered-ratelimit-benches --bench check`) and benches/results/http.csv and
+redis.csv (written by benches/http.sh and benches/redis.sh; a file named that is missing is
+an error). Prints markdown tables and writes docs/benchmarks.png (needs matplotlib: `pip
+install matplotlib`; without it the script fails rather than draw nothing).
 
 HTTP_CSV and REDIS_CSV name other files in benches/results to draw instead (a run kept
 under its own name, e.g. HTTP_CSV=http-morning.csv). CHECK_MD names a file in benches/results
@@ -19,11 +20,27 @@ import csv
 import json
 import pathlib
 import statistics
+import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-CRITERION = ROOT / "target" / "criterion"
 RESULTS = ROOT / "benches" / "results"
+
+
+def criterion_dir():
+    """Where criterion wrote: CRITERION_HOME if set, else cargo's target directory's
+    `criterion` (scripts/target-dir.sh: CARGO_TARGET_DIR or a config's target-dir included),
+    as benches/criterion.sh reads it."""
+    home = os.environ.get("CRITERION_HOME")
+    if home:
+        return pathlib.Path(home)
+    target = subprocess.run(
+        [str(ROOT / "scripts" / "target-dir.sh")], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    return pathlib.Path(target) / "criterion"
+
+
+CRITERION = criterion_dir()
 
 
 def criterion_ns(group, function, param):
@@ -108,7 +125,7 @@ def memory_table():
 def read_csv(name):
     path = RESULTS / name
     if not path.exists():
-        return []
+        sys.exit(f"{path} does not exist: name a file of benches/results (HTTP_CSV, REDIS_CSV)")
     with path.open() as f:
         return list(csv.DictReader(f))
 
@@ -120,8 +137,7 @@ def plot(memory_rows, http_rows, redis_rows):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("(matplotlib missing: no plot)", file=sys.stderr)
-        return
+        sys.exit("matplotlib is missing, so no plot was drawn: pip install matplotlib")
     panels = [p for p in (memory_rows, http_rows, redis_rows) if p]
     if not panels:
         return
