@@ -88,10 +88,13 @@ PY
 # TIME=app: N EVALSHA calls of these arguments, one after the other on one connection, each
 # check's empty time replaced by the app's (the clock in µs, 5 to 30 µs after the check before,
 # as checks gathered over a round trip are stamped) and each __rand_int__ by a user below USERS.
+# FORMAT is `batch` (ours: checks one after the other in the arguments) or `plain` (one check:
+# its time is ARGV[1], as benches/lean.lua takes it).
 app_time() {
     python3 - "$USERS" "$@" <<'PY'
 import random, socket, sys, time
-users, port, calls, sha, args = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5:]
+users, batched = int(sys.argv[1]), sys.argv[2] == "batch"
+port, calls, sha, args = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6:]
 nkeys = int(args[0])
 conn = socket.create_connection(("127.0.0.1", port))
 reader = conn.makefile("rb")
@@ -107,9 +110,19 @@ def skip():
             skip()
 random.seed(7)
 clock = int(time.time() * 1e6)
+def stamp():
+    global clock
+    clock = max(clock + random.randint(5, 30), int(time.time() * 1e6))
+    return str(clock)
 for _ in range(calls):
     keys, argv = list(args[1:1 + nkeys]), list(args[1 + nkeys:])
     a = k = 0
+    if not batched:
+        user = str(random.randrange(users))
+        keys = [key.replace("__rand_int__", user) for key in keys]
+        if argv[0] == "":
+            argv[0] = stamp()
+        a = len(argv)
     while a < len(argv):
         short = argv[a + 1] == ""
         if not short:
@@ -119,8 +132,7 @@ for _ in range(calls):
         for i in range(k, k + mine):
             keys[i] = keys[i].replace("__rand_int__", user)
         if argv[a] == "":
-            clock = max(clock + random.randint(5, 30), int(time.time() * 1e6))
-            argv[a] = str(clock)
+            argv[a] = stamp()
         a, k = a + (2 if short else 5 + n), k + mine
     parts = [b"EVALSHA", sha.encode(), str(nkeys).encode()] + [x.encode() for x in keys + argv]
     conn.sendall(b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(x), x) for x in parts))
@@ -149,7 +161,9 @@ for script in "$@"; do
     fi
     limits=(1099511627776 1099511627776 1099511627776)
     per_call=1
+    format=plain
     if grep -q 'decide a batch of requests' "$script"; then
+        format=batch
         # Ours takes a batch: BATCH checks, each with its keys and its arguments.
         per_call=$BATCH
         keys=()
@@ -171,9 +185,9 @@ for script in "$@"; do
         args=("${#one[@]}" "${one[@]}" "" 1000000 "$COST" "${limits[@]}")
     fi
     if [ "$TIME" = app ]; then
-        app_time "$port" $((CALLS / 2)) "$sha" "${args[@]}"
+        app_time "$format" "$port" $((CALLS / 2)) "$sha" "${args[@]}"
         callgrind_control -z "$VG_PID" >/dev/null 2>&1
-        app_time "$port" "$CALLS" "$sha" "${args[@]}"
+        app_time "$format" "$port" "$CALLS" "$sha" "${args[@]}"
     else
         redis-benchmark -p "$port" -c 4 -n $((CALLS / 2)) -P 1 -r "$USERS" EVALSHA "$sha" "${args[@]}" >/dev/null
         callgrind_control -z "$VG_PID" >/dev/null 2>&1
