@@ -20,7 +20,8 @@
 # machine's drift from round to round moves less. With inner and headers or governor among the
 # modes it ends with issue 11's target 2 judged on those rounds' ratios: met or not met only
 # when a 95% confidence interval of their median (distribution-free: order statistics) lies
-# wholly on one side of the target, else undecided, which more rounds (REPS) may settle.
+# wholly on one side of the target, else undecided, which more rounds (REPS) may settle. It
+# takes at least 6 rounds (REPS=6) to judge at all; with fewer it says so and judges nothing.
 #
 #   benches/http.sh                       # about 4 minutes with the defaults
 #   DURATION=5s REPS=1 benches/http.sh    # a quick look
@@ -307,7 +308,7 @@ cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
     echo "governor_headers is tower_governor with use_headers(), adding two headers of its own."
     echo "Server CPU per request (user + system CPU time of the server process over the timed run,"
     echo "divided by the requests served) is the figure least disturbed by other load on the"
-    echo "machine. Raw runs: benches/results/http.csv (server_cpu: the server's CPU use in cores"
+    echo "machine. Raw runs: ${RESULTS#"$ROOT"/}/http.csv (server_cpu: the server's CPU use in cores"
     echo "during the timed run; well under $WORKERS means wrk, or another process on the server's"
     echo "CPU, held it back)."
 } >"$TMP/http.md"

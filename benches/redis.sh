@@ -524,7 +524,7 @@ redis_version=$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')
     echo "check: INFO commandstats over the run, warm-up included. usec_per_call: Redis's time"
     echo "inside EVALSHA per call (no network). CPU per check: user + system CPU time of"
     echo "redis-server (all masters for the cluster), and of the client process, divided by the"
-    echo "checks. Raw runs: benches/results/redis.csv (redis_cpu: redis-server's CPU use in cores;"
+    echo "checks. Raw runs: ${RESULTS#"$ROOT"/}/redis.csv (redis_cpu: redis-server's CPU use in cores;"
     echo "near 1 = Redis was the bottleneck)."
 } >"$TMP/redis.md"
 cp "$CSV" "$RESULTS/redis.csv"
