@@ -143,15 +143,23 @@ impl BlockTarget<'_> {
                 if config.user_limit() > 0 || config.has_plans() {
                     parts.push(part.clone());
                 }
-                for (route, limits) in config.routes() {
-                    if limits.user_limit.is_some_and(|l| l > 0) {
-                        parts.push(format!("{part}@{}", encode_id(route)));
-                    }
-                }
+                parts.extend(route_buckets(config, &part));
                 Ok(parts)
             }
         }
     }
+}
+
+/// The key part of `user`'s bucket on each route of `config` with a user limit of its own
+/// (`<user>@<route>`, see [`crate::request`]); `user` is already encoded.
+pub(crate) fn route_buckets<'a>(
+    config: &'a RateLimitConfig,
+    user: &'a str,
+) -> impl Iterator<Item = String> + 'a {
+    config
+        .routes()
+        .filter(|(_, limits)| limits.user_limit.is_some_and(|l| l > 0))
+        .map(move |(route, _)| format!("{user}@{}", encode_id(route)))
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Operating a limiter live (issue 13): waiting instead of failing (`acquire`), usage without
 //! recording (`usage`), live reconfiguration (`reconfigure`), blocks (`block`), the admin
-//! routes (`admin`). Each body is written once and runs on memory, on a Redis server of its
+//! routes (`admin`), resets (`reset`). Each body is written once and runs on memory, on a Redis server of its
 //! own and on the binary's shared Redis Cluster.
 
 mod common;
@@ -14,6 +14,8 @@ mod admin;
 mod block;
 #[path = "operate/reconfigure.rs"]
 mod reconfigure;
+#[path = "operate/reset.rs"]
+mod reset;
 #[path = "operate/usage.rs"]
 mod usage;
 

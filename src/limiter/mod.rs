@@ -185,11 +185,19 @@ impl RateLimiter {
         self.inner.store.backend()
     }
 
-    /// Forgets everything recorded for `user`'s general bucket, on every instance sharing the
-    /// store. A store failure (Redis unreachable, a timeout) is returned: the key may not have
-    /// been forgotten (a reset is safe to repeat); it does not make the limiter fall back.
+    /// Forgets everything recorded for `user`, on every instance sharing the store: its
+    /// general bucket and its bucket on each route of the running configuration with a user
+    /// limit of its own. A store failure (Redis unreachable, a timeout) is returned: a key may
+    /// not have been forgotten (a reset is safe to repeat); it does not make the limiter fall
+    /// back.
     pub async fn reset_user(&self, user: &str) -> Result<(), StoreError> {
-        self.reset(Tier::User, &encode_id(user)).await
+        let user = encode_id(user);
+        let config = self.config();
+        self.reset(Tier::User, &user).await?;
+        for bucket in crate::block::route_buckets(&config, &user) {
+            self.reset(Tier::User, &bucket).await?;
+        }
+        Ok(())
     }
 
     /// Forgets everything recorded for one endpoint (a route template), like
