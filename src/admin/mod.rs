@@ -35,7 +35,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{FromRequest, Query, Request, State};
+use axum::extract::{FromRequest, Query, RawQuery, Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -49,6 +49,7 @@ use crate::limiter::RateLimiter;
 use crate::request::{CheckRequest, UserKey};
 
 mod auth;
+mod query;
 
 /// The admin routes over `limiter` (see the module docs), to mount with `Router::nest`. They
 /// are not rate limited themselves (mount them outside the limited routes' layer).
@@ -195,8 +196,12 @@ struct UsageQuery {
 
 async fn usage(
     State(limiter): State<RateLimiter>,
+    RawQuery(raw): RawQuery,
     query: Result<Query<UsageQuery>, QueryRejection>,
 ) -> Response {
+    if !raw.as_deref().is_none_or(query::decodes_to_utf8) {
+        return bad_request("the query: not UTF-8 once percent-decoded".into());
+    }
     let Query(q) = match query {
         Ok(q) => q,
         Err(e) => return bad_request(format!("the query: {}", e.body_text())),

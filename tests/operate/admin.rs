@@ -271,6 +271,13 @@ async fn every_bad_request_is_a_problem_naming_the_field() {
     assert!(problem["detail"].as_str().unwrap().contains("not both"));
     let (got, _, problem) = admin.get("/usage?ip=nope").await;
     assert_eq!(got.as_u16(), 400, "{problem}");
+    // Bytes that are not UTF-8 are refused, not read as U+FFFD (another, real id: an audit).
+    for query in ["user=%FF%FE", "user=ok&endpoint=%80"] {
+        let (got, _, problem) = admin.get(&format!("/usage?{query}")).await;
+        assert_eq!(got.as_u16(), 400, "{query}: {problem}");
+        let text = problem["detail"].as_str().unwrap();
+        assert!(text.contains("not UTF-8"), "{query}: {text}");
+    }
     let (got, _, problem) = admin.get("/usage?ip=192.0.2.0/24").await;
     assert_eq!(got.as_u16(), 400, "{problem}");
     assert!(problem["detail"]
