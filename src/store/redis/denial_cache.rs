@@ -1,6 +1,8 @@
 //! The Redis store's local memory of denials: repeats of a denied request answered with no round
-//! trip, never with a `Retry-After` shorter than Redis would give, and forgotten on every
-//! instance when any instance resets the key.
+//! trip, never with a `Retry-After` shorter than Redis would give while every instance runs the
+//! same limits, and forgotten on every instance when any instance resets the key. (An instance
+//! on a higher limit, in a rolling change of limits, can admit into a key this one remembers
+//! full; the wait remembered is then short, and the retry is refused again: docs/OPERATIONS.md.)
 //!
 //! A denial is remembered only when Redis said the tier has **no room at all**: then nothing
 //! but its oldest entry leaving the window (or a reset) can change the key, since a denied
