@@ -5,6 +5,11 @@
 # directory's `criterion` (scripts/target-dir.sh: CARGO_TARGET_DIR or a config's target-dir
 # included). Exported, so that a bench binary run by hand (check_ab.sh) writes there too.
 CRITERION_HOME=${CRITERION_HOME:-$(scripts/target-dir.sh)/criterion}
+# Absolute: `cargo bench` runs the bench in its package's directory (benches/), not here.
+case $CRITERION_HOME in
+  /*) ;;
+  *) CRITERION_HOME=$PWD/$CRITERION_HOME ;;
+esac
 export CRITERION_HOME
 
 # criterion_median GROUP FUNCTION: criterion's median estimate (ns) of FUNCTION/memory in

@@ -33,7 +33,8 @@ def criterion_dir():
     as benches/criterion.sh reads it."""
     home = os.environ.get("CRITERION_HOME")
     if home:
-        return pathlib.Path(home)
+        # Relative to where the script runs, as benches/criterion.sh reads it.
+        return pathlib.Path(home).resolve()
     target = subprocess.run(
         [str(ROOT / "scripts" / "target-dir.sh")], capture_output=True, text=True, check=True
     ).stdout.strip()
