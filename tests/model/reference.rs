@@ -346,9 +346,13 @@ impl Model {
         None
     }
 
-    /// `reset_user` forgets the user's general bucket only (not its route buckets).
+    /// `reset_user` forgets the user's general bucket and its bucket on the route with a user
+    /// limit of its own (docs/POLICIES.md, "A route's user limit").
     pub(super) fn reset_user(&mut self, user: usize) {
         if let Some(key) = Self::user_key(user) {
+            if self.sc.login.user_limit.is_some_and(|l| l > 0) {
+                self.logs.remove(&format!("{key}@{}", route_name(LOGIN)));
+            }
             self.logs.remove(&key);
         }
     }
