@@ -84,8 +84,7 @@ fi
 # --- build -------------------------------------------------------------------------------
 log "building benches/examples/bench_http (release)"
 cargo build --release --quiet -p tiered-ratelimit-benches --example bench_http >&2
-target_dir=$(cargo metadata --format-version 1 --no-deps |
-    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+target_dir=$(scripts/target-dir.sh)
 BIN=$target_dir/release/examples/bench_http
 [ -x "$BIN" ] || die "no binary at $BIN"
 

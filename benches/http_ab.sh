@@ -41,8 +41,7 @@ if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then
 fi
 
 cargo build --release --quiet -p tiered-ratelimit-benches --example bench_http >&2
-target_dir=$(cargo metadata --format-version 1 --no-deps |
-  sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+target_dir=$(scripts/target-dir.sh)
 NEW_BIN=$target_dir/release/examples/bench_http
 [ -x "$NEW_BIN" ] || die "no binary at $NEW_BIN"
 ! cmp -s "$BASE_BIN" "$NEW_BIN" || die "BASE_BIN is this checkout's own build: nothing to compare"

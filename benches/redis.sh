@@ -109,8 +109,7 @@ fi
 # --- build -------------------------------------------------------------------------------
 log "building benches/examples/bench_redis (release)"
 cargo build --release --quiet -p tiered-ratelimit-benches --example bench_redis >&2
-target_dir=$(cargo metadata --format-version 1 --no-deps |
-    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+target_dir=$(scripts/target-dir.sh)
 BIN=$target_dir/release/examples/bench_redis
 [ -x "$BIN" ] || die "no binary at $BIN"
 
