@@ -7,20 +7,16 @@
 /// `%` not followed by two hex digits stays as it is, as form decoding leaves it.
 pub(super) fn decodes_to_utf8(raw: &str) -> bool {
     let bytes = raw.as_bytes();
+    let hex = |at: usize| bytes.get(at).and_then(|&b| (b as char).to_digit(16));
     let mut decoded = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
-            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
-                let (h, l) = (hex(h).unwrap_or(0), hex(l).unwrap_or(0));
-                decoded.push((h * 16 + l) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                decoded.push(b);
-                i += 1;
-            }
+        if let (b'%', Some(h), Some(l)) = (bytes[i], hex(i + 1), hex(i + 2)) {
+            decoded.push((h * 16 + l) as u8);
+            i += 3;
+        } else {
+            decoded.push(bytes[i]);
+            i += 1;
         }
     }
     std::str::from_utf8(&decoded).is_ok()

@@ -126,7 +126,9 @@ fn forwarded_elements(line: &[u8]) -> Vec<Option<IpAddr>> {
             out.push(if twice { None } else { found.flatten() });
             (found, twice) = (None, false);
         }
-        let Some(_) = edge else { break };
+        if edge.is_none() {
+            break;
+        }
         i -= 1;
         end = i;
     }
