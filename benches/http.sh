@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# HTTP load comparison: an axum hello-world (GET / -> "hello") served seven ways, one after
+# HTTP load comparison: an axum hello-world (GET / -> "hello") served ten ways, one after
 # the other, each as its own process on a free loopback port:
 #
 #   bare      no rate limiting (the baseline)
@@ -12,6 +12,11 @@
 #   governor  tower_governor 0.7 keyed by the x-user-id header, a quota never reached
 #   governor_headers  governor with use_headers(): it writes two headers of its own
 #             (x-ratelimit-limit, x-ratelimit-remaining), as ours writes two
+#   governor_handler  governor on the handler (not in the default MODES)
+#   floor     a layer that checks nothing: reads what ours reads (the user id, the route) and
+#             writes the same two headers as static values; the least any limiter in ours'
+#             place can cost (not in the default MODES)
+#   floor_handler  floor on the handler (not in the default MODES)
 #
 # (benches/examples/bench_http.rs). wrk loads each from a second process; the modes run interleaved
 # (bare, headers, ours, ..., bare, headers, ...) REPS times, and the table gives each mode's
@@ -35,7 +40,7 @@
 #
 # Writes the table to stdout and benches/results/http.md, every run to benches/results/http.csv.
 # Settings (environment): DURATION (10s), WARMUP (2s), CONNECTIONS (64), REPS (3), WORKERS (1),
-# SERVER_CPUS (0), WRK_CPUS (1), MODES (six of the seven: "bare headers ours inner governor
+# SERVER_CPUS (0), WRK_CPUS (1), MODES (six of the ten: "bare headers ours inner governor
 # governor_headers"), RESULTS
 # (benches/results).
 set -euo pipefail
@@ -135,7 +140,7 @@ CSV=$TMP/http.csv
 echo "run,mode,rep,requests_per_sec,p50_us,p99_us,requests,non_2xx,socket_errors,server_cpu,server_cpu_us_per_request" >"$CSV"
 runs=0
 for mode in $MODES; do
-    case $mode in bare | headers | ours | inner | inner_handler | governor | governor_headers) ;;
+    case $mode in bare | headers | ours | inner | inner_handler | governor | governor_headers | governor_handler | floor | floor_handler) ;;
     *) die "unknown mode $mode" ;;
     esac
     runs=$((runs + 1))
@@ -299,12 +304,30 @@ cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
             verdict "server CPU a request, inner / governor <= 1.0" inner governor 11 1.0 at_most
         fi
     fi
+    if [ -n "${RPS[floor]:-}" ] && { [ -n "${RPS[headers]:-}" ] || [ -n "${RPS[governor]:-}" ]; }; then
+        echo
+        echo "The same targets for the floor (a layer that checks nothing and writes the two"
+        echo "headers as static values): what it misses, no limiter in ours' place can meet."
+        if [ -n "${RPS[headers]:-}" ]; then
+            verdict "throughput, floor / headers >= 0.97" floor headers 4 0.97 at_least
+            verdict "server CPU a request, floor / headers <= 1.031" floor headers 11 1.031 at_most
+        fi
+        if [ -n "${RPS[governor]:-}" ]; then
+            verdict "throughput, floor / governor >= 1.0" floor governor 4 1.0 at_least
+            verdict "server CPU a request, floor / governor <= 1.0" floor governor 11 1.0 at_most
+            verdict "p99 latency, floor / governor <= 1.0" floor governor 6 1.0 at_most
+        fi
+        if [ -n "${RPS[inner]:-}" ]; then compare "inner / floor" inner floor; fi
+    fi
     echo
     echo "ours checks three tiers (user, endpoint, global sliding logs) and adds two headers;"
     echo "inner is ours with .inner_body() (its responses carry axum's own body); inner_handler"
     echo "is inner on the handler (axum's Handler::layer) instead of with route_layer."
     echo "tower_governor checks one GCRA cell keyed by the same x-user-id header and adds none;"
     echo "governor_headers is tower_governor with use_headers(), adding two headers of its own."
+    echo "floor checks nothing: it reads the user id and the route and writes the two headers as"
+    echo "static values (floor_handler: on the handler); governor_handler is tower_governor on the"
+    echo "handler."
     echo "Server CPU per request (user + system CPU time of the server process over the timed run,"
     echo "divided by the requests served) is the figure least disturbed by other load on the"
     echo "machine. Raw runs: ${RESULTS#"$ROOT"/}/http.csv (server_cpu: the server's CPU use in cores"

@@ -23,8 +23,12 @@
 //!   one cell replenished every nanosecond with a burst of 2^32 - 1: it never limits.
 //! - `governor_headers`: `governor` with `use_headers()`: it writes `x-ratelimit-limit` and
 //!   `x-ratelimit-remaining` on every admitted response, as ours writes two headers.
+//! - `governor_handler`: `governor` on the handler, as `inner_handler`.
+//! - `floor`: a layer that checks nothing: it reads the `x-user-id` header and the route's
+//!   template, as ours does, and writes our two headers as static values. The least any
+//!   limiter in ours' place can cost. `floor_handler`: the same on the handler.
 //!
-//! Every layer but `inner_handler`'s goes on with `route_layer`, and every mode serves with
+//! Every layer but those of the `_handler` modes goes on with `route_layer`, and every mode serves with
 //! `into_make_service_with_connect_info::<SocketAddr>()`, so the modes differ only by the layer.
 //! Once it accepts connections it prints `listening on ADDR` to stdout; SIGTERM or Ctrl-C stops
 //! it.
@@ -43,8 +47,11 @@ usage: bench_http --mode MODE [--listen ADDR] [--workers N]
   --mode MODE      bare (no layer), headers (no layer; the handler writes the two headers ours
                    sends), ours (RateLimitLayer, in memory), inner (ours answering axum's own
                    body: .inner_body()), inner_handler (inner on the handler, with axum's
-                   Handler::layer), governor (tower_governor) or governor_headers
-                   (tower_governor with use_headers(), writing two headers of its own)
+                   Handler::layer), governor (tower_governor), governor_headers
+                   (tower_governor with use_headers(), writing two headers of its own),
+                   governor_handler (governor on the handler),
+                   floor (a layer that checks nothing and writes the two headers as static
+                   values) or floor_handler (floor on the handler)
   --listen ADDR    address to serve on (default 127.0.0.1:0, a free port)
   --workers N      tokio worker threads (default: the number of CPUs this process may use)
 ";

@@ -1,6 +1,6 @@
 //! Instruction-count harness of the HTTP comparison: N requests through one of `bench_http`'s
-//! seven servers (`bare`, `headers`, `ours`, `inner`, `inner_handler`, `governor`,
-//! `governor_headers`), called in process (no
+//! ten servers (`bare`, `headers`, `ours`, `inner`, `inner_handler`, `governor`,
+//! `governor_headers`, `governor_handler`, `floor`, `floor_handler`), called in process (no
 //! socket, no runtime: every future here is ready at once), for `valgrind --tool=callgrind` to
 //! count.
 //! `benches/count_http.sh` counts only the requests' loop (`requests`), not the set-up, and
@@ -51,7 +51,7 @@ fn main() -> ExitCode {
         args.next().and_then(|n| n.parse::<u64>().ok()),
     ) else {
         eprintln!(
-            "usage: count_http bare|headers|ours|inner|inner_handler|governor|governor_headers N"
+            "usage: count_http bare|headers|ours|inner|inner_handler|governor|governor_headers|governor_handler|floor|floor_handler N"
         );
         return ExitCode::from(2);
     };

@@ -1,9 +1,9 @@
-//! The seven servers of the HTTP comparison, shared by `bench_http` (served over TCP for wrk)
+//! The ten servers of the HTTP comparison, shared by `bench_http` (served over TCP for wrk)
 //! and `count_http` (called in process, for callgrind): an axum hello-world (`GET /` answers
 //! `hello`) bare, bare writing our two headers, behind our `RateLimitLayer` (answering its own
-//! body, or axum's with `inner_body`; with `route_layer`, or on the handler), or behind
-//! `tower_governor` (adding no headers, or its own two with `use_headers`), with limits never
-//! reached.
+//! body, or axum's with `inner_body`; with `route_layer`, or on the handler), behind
+//! `tower_governor` (adding no headers, or its own two with `use_headers`; with `route_layer`,
+//! or on the handler), with limits never reached, or behind the floor: a layer that checks nothing (see [`Floor`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +34,12 @@ pub enum Mode {
     /// tower_governor with `use_headers()`: it then writes two headers of its own on every
     /// admitted response (`x-ratelimit-limit`, `x-ratelimit-remaining`), as ours writes two.
     GovernorHeaders,
+    /// `Governor` on the handler (axum's `Handler::layer`), as `InnerHandler`.
+    GovernorHandler,
+    /// The floor of any limiter in ours' place: [`FloorLayer`] with `route_layer`.
+    Floor,
+    /// The floor on the handler (axum's `Handler::layer`), as `InnerHandler`.
+    FloorHandler,
 }
 
 impl Mode {
@@ -47,6 +53,9 @@ impl Mode {
             "inner_handler" => Self::InnerHandler,
             "governor" => Self::Governor,
             "governor_headers" => Self::GovernorHeaders,
+            "governor_handler" => Self::GovernorHandler,
+            "floor" => Self::Floor,
+            "floor_handler" => Self::FloorHandler,
             _ => return None,
         })
     }
@@ -119,24 +128,124 @@ pub fn app_with_clock(mode: Mode, clock: Option<ManualClock>) -> Result<Router, 
                 _ => router.route_layer(layer),
             }
         }
-        Mode::Governor | Mode::GovernorHeaders => {
+        Mode::Floor => router.route_layer(FloorLayer),
+        Mode::FloorHandler => {
+            Router::new().route("/", get((|| async { "hello" }).layer(FloorLayer)))
+        }
+        Mode::Governor | Mode::GovernorHeaders | Mode::GovernorHandler => {
             // Keyed by the `x-user-id` header; per_nanosecond(1): one cell back every
             // nanosecond (per_second(n) would be one every n seconds); a burst of u32::MAX
             // cells: 4.3 s of credit, never used up.
             let mut builder = GovernorConfigBuilder::default().key_extractor(UserHeader);
             builder.per_nanosecond(1).burst_size(u32::MAX);
             const ZERO_QUOTA: &str = "tower_governor: zero period or burst";
-            if mode == Mode::Governor {
-                let config = builder.finish().ok_or(ZERO_QUOTA)?;
-                router.route_layer(GovernorLayer {
-                    config: Arc::new(config),
-                })
-            } else {
-                let config = builder.use_headers().finish().ok_or(ZERO_QUOTA)?;
-                router.route_layer(GovernorLayer {
-                    config: Arc::new(config),
-                })
+            match mode {
+                Mode::GovernorHeaders => {
+                    let config = builder.use_headers().finish().ok_or(ZERO_QUOTA)?;
+                    router.route_layer(GovernorLayer {
+                        config: Arc::new(config),
+                    })
+                }
+                _ => {
+                    let layer = GovernorLayer {
+                        config: Arc::new(builder.finish().ok_or(ZERO_QUOTA)?),
+                    };
+                    if mode == Mode::GovernorHandler {
+                        Router::new().route("/", get((|| async { "hello" }).layer(layer)))
+                    } else {
+                        router.route_layer(layer)
+                    }
+                }
             }
         }
     })
+}
+
+/// The floor: a layer that does what any rate limiter in ours' place must do besides its
+/// check, and nothing more. It reads what ours reads (the `x-user-id` header, borrowed, and the
+/// route's template from `MatchedPath`), checks nothing, and writes the two headers ours writes
+/// on an admitted request, as the cheapest values there are: static ones, made once (ours
+/// formats a remaining count of 13 digits, as `headers` does). No limiter with a check of any
+/// cost, or with a remaining count that moves, can take fewer instructions than this in ours'
+/// place.
+#[derive(Clone, Copy, Debug)]
+pub struct FloorLayer;
+
+impl<S> tower::Layer<S> for FloorLayer {
+    type Service = Floor<S>;
+
+    fn layer(&self, inner: S) -> Floor<S> {
+        Floor { inner }
+    }
+}
+
+/// [`FloorLayer`]'s service.
+#[derive(Clone, Debug)]
+pub struct Floor<S> {
+    inner: S,
+}
+
+impl<S, B, R> tower::Service<Request<B>> for Floor<S>
+where
+    S: tower::Service<Request<B>, Response = http::Response<R>>,
+{
+    type Response = http::Response<R>;
+    type Error = S::Error;
+    type Future = FloorFuture<S::Future>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        // What ours reads; `black_box`, so that reading them is not optimised away.
+        let user = request
+            .headers()
+            .get("x-user-id")
+            .and_then(|v| v.to_str().ok());
+        let route = request
+            .extensions()
+            .get::<axum::extract::MatchedPath>()
+            .map(|p| p.as_str());
+        std::hint::black_box((user, route));
+        FloorFuture {
+            inner: self.inner.call(request),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// [`Floor`]'s response future: the inner one, then the two headers.
+    pub struct FloorFuture<F> {
+        #[pin]
+        inner: F,
+    }
+}
+
+impl<F, R, E> std::future::Future for FloorFuture<F>
+where
+    F: std::future::Future<Output = Result<http::Response<R>, E>>,
+{
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        static REMAINING: http::HeaderName = http::HeaderName::from_static("x-ratelimit-remaining");
+        let mut response = std::task::ready!(self.project().inner.poll(cx))?;
+        let headers = response.headers_mut();
+        headers.insert(
+            REMAINING.clone(),
+            http::HeaderValue::from_static("1099511627775"),
+        );
+        headers.insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static("0"),
+        );
+        std::task::Poll::Ready(Ok(response))
+    }
 }
