@@ -18,6 +18,8 @@ contract_tests!(
     a_cost_above_the_limit_is_denied_and_says_why,
     a_route_carries_its_own_user_and_endpoint_limits,
     users_on_a_plan_get_its_user_limit,
+    a_routes_own_user_limit_wins_over_a_plan,
+    a_shadow_tier_never_denies_a_cost_above_its_limit,
     ietf_headers_name_every_policy_and_the_one_closest_to_its_limit,
     ietf_only_headers_leave_out_the_legacy_ones,
     shadow_mode_never_blocks_and_records_nothing_in_a_full_tier,

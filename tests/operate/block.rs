@@ -217,6 +217,20 @@ pub async fn a_remembered_full_window_never_hides_a_blocked_route(b: TestBackend
     assert_eq!(a.check("u1", "/a").await.blocked_by(), Some(Tier::User));
 }
 
+/// docs/OPERATIONS.md: a request that meets several blocks waits for the longest's time left.
+pub async fn a_denial_by_several_blocks_waits_for_the_longest(b: TestBackend) {
+    let clock = clock();
+    let (a, _, _) = instances(&b, || limits(100, 100, 0, MINUTE), &clock).await;
+    let (hour, day) = (Duration::from_secs(3600), Duration::from_secs(86_400));
+    a.block(BlockTarget::User("mallory"), hour).await.unwrap();
+    a.block(BlockTarget::Endpoint("/a"), day).await.unwrap();
+    refused_by_block(&a, "mallory", "/a", Tier::User, day).await;
+    a.block(BlockTarget::User("mallory"), day + hour)
+        .await
+        .unwrap();
+    refused_by_block(&a, "mallory", "/a", Tier::User, day + hour).await;
+}
+
 pub async fn blocks_that_would_stop_nothing_are_refused(b: TestBackend) {
     let clock = clock();
     let (a, _, _) = instances(&b, || limits(0, 10, 100, MINUTE), &clock).await;
@@ -273,6 +287,7 @@ crate::on_every_backend!(block:
     a_user_is_blocked_on_every_route_and_an_address_by_its_64,
     a_block_wins_over_full_tiers_and_shadow_mode,
     a_remembered_full_window_never_hides_a_blocked_route,
+    a_denial_by_several_blocks_waits_for_the_longest,
     blocks_that_would_stop_nothing_are_refused,
 );
 

@@ -225,3 +225,53 @@ pub async fn a_cost_that_can_never_fit_is_named_even_behind_a_full_tier(b: TestB
     assert_eq!((d.allowed(), d.remaining()), (true, 0), "{d:?}");
     assert_eq!(limiter.backend(), b.expected_backend());
 }
+
+/// docs/POLICIES.md: a tier in shadow mode never denies, not even a cost above its limit.
+pub async fn a_shadow_tier_never_denies_a_cost_above_its_limit(b: TestBackend) {
+    let clock = ManualClock::at(Duration::from_secs(1_000));
+    let config = limits(2, 4, 0, MINUTE).shadow_tier(Tier::User);
+    let limiter = b.limiter(config, &clock).await;
+    let d = limiter.check_n("u", "/e", 3).await;
+    assert!(d.allowed(), "{d:?}");
+    assert_eq!(d.shadow_blocked_by(), Some(Tier::User), "{d:?}");
+    // The endpoint (enforced) counted those 3: 3 more do not fit, and it is the endpoint
+    // that denies, with its wait, not the shadow tier for a cost it can never take.
+    clock.advance(SEC);
+    let d = limiter.check_n("v", "/e", 3).await;
+    assert_eq!(d.blocked_by(), Some(Tier::Endpoint), "{d:?}");
+    assert!(!d.cost_exceeds_limit(), "{d:?}");
+    assert_eq!(d.retry_after(), MINUTE - SEC + US);
+    assert_eq!(limiter.backend(), b.expected_backend());
+}
+
+/// docs/POLICIES.md: a plan replaces the default user limit, not a route's own, which wins.
+pub async fn a_routes_own_user_limit_wins_over_a_plan(b: TestBackend) {
+    use tiered_ratelimit::RouteLimits;
+    let clock = ManualClock::at(Duration::from_secs(1_000));
+    let login = RouteLimits {
+        user_limit: Some(2),
+        endpoint_limit: None,
+    };
+    let config = limits(1, 0, 0, MINUTE)
+        .route("/login", login)
+        .plan("premium", 5)
+        .user_plan("alice", "premium");
+    let limiter = b.limiter(config, &clock).await;
+    assert_eq!(
+        admitted(&limiter, "alice", "/login").await,
+        2,
+        "the route's own limit"
+    );
+    assert_eq!(admitted(&limiter, "alice", "/items").await, 5, "the plan's");
+    assert_eq!(admitted(&limiter, "bob", "/items").await, 1, "the default");
+    assert_eq!(limiter.backend(), b.expected_backend());
+}
+
+/// How many of six requests of `user` on `route` `limiter` admits.
+async fn admitted(limiter: &RateLimiter, user: &str, route: &str) -> usize {
+    let mut n = 0;
+    for _ in 0..6 {
+        n += usize::from(limiter.check(user, route).await.allowed());
+    }
+    n
+}
