@@ -320,13 +320,17 @@ async fn admin_posts_refuse_bodies_not_sent_as_json() {
         &admin,
         "/block",
         Some("application/x-www-form-urlencoded"),
-        body,
+        body.clone(),
     )
     .await;
+    // A body sent with no type at all is no JSON either (a page can send one without a
+    // preflight).
+    let (status_none, _) = admin_post(&admin, "/block", None, body).await;
     let victim_blocked = limiter.check("victim", "/x").await.by_block();
     assert_eq!(
-        (status, status_form, victim_blocked),
+        (status, status_form, status_none, victim_blocked),
         (
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             false

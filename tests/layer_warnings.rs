@@ -204,9 +204,13 @@ async fn a_layer_outside_the_router_with_route_limits_warns_once() {
         &RateLimitLayer::new(config).user_id_header("x-user-id"),
         axum::Router::new().route("/login", axum::routing::post(|| async { "ok" })),
     );
-    for _ in 0..40 {
+    // README: the warning comes "once 16 requests have reached it and none carried
+    // `MatchedPath`": not after 15, at the 16th, and never again.
+    let warned = || text(&logs).matches("MatchedPath").count();
+    for n in 1..=40 {
         let response = outside.clone().oneshot(post("/login")).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(warned(), usize::from(n >= 16), "after {n} requests");
     }
     let text = text(&logs);
     let warnings: Vec<&str> = text.lines().filter(|l| l.contains("MatchedPath")).collect();

@@ -9,7 +9,9 @@ use axum::routing::get;
 use axum::Router;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use tiered_ratelimit::{admin, CheckRequest, ManualClock, RateLimitLayer, RateLimiter, UserKey};
+use tiered_ratelimit::{
+    admin, CheckRequest, ManualClock, RateLimitLayer, RateLimiter, UserKey, MAX_BLOCK,
+};
 
 use crate::common::{limits, RedisServer, TestBackend};
 use crate::config;
@@ -153,6 +155,34 @@ pub async fn usage_reset_block_and_unblock_over_http(b: TestBackend) {
 }
 
 crate::on_every_backend!(admin: usage_reset_block_and_unblock_over_http);
+
+/// docs/OPERATIONS.md, "Admin routes": a block of "at most a year" ([`MAX_BLOCK`]) lands;
+/// one second more is a `422` naming `seconds`, and blocks nothing.
+#[tokio::test]
+async fn a_block_of_the_longest_time_lands_and_a_second_more_is_refused() {
+    let admin = admin_on(&TestBackend::memory(), 5).await;
+    let longest = MAX_BLOCK.as_secs();
+    let (status, _, out) = admin
+        .post(
+            "/block",
+            &format!(r#"{{"user":"mallory","seconds":{longest}}}"#),
+        )
+        .await;
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(admin.items("mallory").await.status(), 429);
+    let (status, _, out) = admin
+        .post(
+            "/block",
+            &format!(r#"{{"user":"eve","seconds":{}}}"#, longest + 1),
+        )
+        .await;
+    assert_eq!(status, 422, "{out}");
+    assert!(
+        out["detail"].as_str().unwrap().contains("`seconds`"),
+        "{out}"
+    );
+    assert_eq!(admin.items("eve").await.status(), 200);
+}
 
 #[tokio::test]
 async fn every_bad_request_is_a_problem_naming_the_field() {

@@ -237,10 +237,25 @@ async fn a_custom_store_without_usage_says_so() {
     );
 }
 
+/// docs/OPERATIONS.md: `remaining` is "`limit - used`, never below 0", including after a limit
+/// was lowered below what a caller had already used ("Recorded entries stay").
+pub async fn remaining_is_never_below_zero_after_a_limit_is_lowered(b: TestBackend) {
+    let clock = ManualClock::at(Duration::from_secs(1_000_000));
+    let (limiter, _) = setup(&b, limits(5, 0, 0, MINUTE), &clock).await;
+    assert!(limiter.check_n("alice", "/a", 4).await.allowed());
+    limiter
+        .reconfigure(config(&b, limits(2, 0, 0, MINUTE)))
+        .expect("the same store settings");
+    let (limit, used, remaining, _) = of(&limiter, "alice", "/a", Tier::User).await;
+    assert_eq!((limit, used, remaining), (2, 4, 0));
+    assert!(!limiter.check("alice", "/a").await.allowed());
+}
+
 crate::on_every_backend!(usage:
     usage_matches_what_checks_recorded,
     disabled_tiers_are_left_out_and_it_serializes,
     usage_records_nothing,
+    remaining_is_never_below_zero_after_a_limit_is_lowered,
 );
 
 /// One round trip per `usage` on a single Redis: one EVALSHA for all three tiers, nothing else.
