@@ -74,7 +74,9 @@ pub enum ConnectError {
         message: String,
     },
     /// Another setting that cannot work (fred's own configuration errors, such as a cluster
-    /// URL for a server without cluster support). Configuration.
+    /// URL for a server without cluster support; a Sentinel URL for a server that is not a
+    /// Sentinel, or naming a master it does not monitor; a single server's URL for a
+    /// Sentinel). Configuration.
     InvalidSettings {
         /// fred's or Redis's message.
         message: String,
@@ -180,7 +182,9 @@ impl ConnectError {
             }
             Self::InvalidSettings { .. } => {
                 "check redis.url and redis.cluster against the server (a cluster needs \
-                 redis-cluster:// or cluster = true; a single server needs neither)"
+                 redis-cluster:// or cluster = true; a single server needs neither; a \
+                 Sentinel, redis-sentinel://HOST:PORT?sentinelServiceName=NAME with a \
+                 Sentinel's port and a master it monitors)"
             }
             Self::Unreachable { .. } => {
                 "check that Redis runs, that the host and port in redis.url are right and \
@@ -284,6 +288,34 @@ mod classify {
             if has("max number of clients reached") {
                 return Self::Other {
                     message: format!("{message} (raise Redis's maxclients)"),
+                };
+            }
+            // Sentinel set-ups named wrongly (an outside audit: each was "Redis failed", fix
+            // "see the message", and the last one fell back as an outage).
+            let lower = details.to_ascii_lowercase();
+            if lower.contains("unknown command 'sentinel'") {
+                return Self::InvalidSettings {
+                    message: format!(
+                        "{message} (the URL names a Sentinel, and reached a server that is not \
+                         one: use a Sentinel's address, or redis:// for this server)"
+                    ),
+                };
+            }
+            if has("Missing primary address in response from sentinel") {
+                return Self::InvalidSettings {
+                    message: format!(
+                        "{message} (the Sentinel monitors no master of that name: check \
+                         sentinelServiceName against its `sentinel monitor` lines)"
+                    ),
+                };
+            }
+            if lower.contains("unknown command 'script'") {
+                return Self::InvalidSettings {
+                    message: format!(
+                        "{message} (the server runs no Lua scripts, as a Sentinel does not: \
+                         for a Sentinel, use \
+                         redis-sentinel://HOST:PORT?sentinelServiceName=NAME)"
+                    ),
                 };
             }
             if has("CROSSSLOT") {

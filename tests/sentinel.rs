@@ -9,7 +9,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{free_port, limits, temp_dir, RedisServer};
-use tiered_ratelimit::{Backend, ManualClock, RateLimitConfig, RateLimiter, TimeSource};
+use tiered_ratelimit::{
+    Backend, ConnectError, ManualClock, RateLimitConfig, RateLimiter, TimeSource,
+};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -99,6 +101,55 @@ fn config(sentinel: &Sentinel, recovery: bool) -> RateLimitConfig {
 
 fn zcard(server: &RedisServer, key: &str) -> String {
     server.cli(&["ZCARD", key]).trim().to_owned()
+}
+
+/// A Sentinel set-up named wrongly is a configuration error whose message says what to change
+/// (docs/REDIS.md, `InvalidSettings`; an outside audit found each "Redis failed", fix "see the
+/// message", and the last one a fallback logged as an outage): a Sentinel URL for a plain
+/// Redis, a service name the Sentinel does not monitor, a plain URL for the Sentinel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_set_up_named_wrongly_is_a_configuration_error() {
+    let master = RedisServer::start();
+    let sentinel = Sentinel::watching(&master);
+    let cases = [
+        (
+            format!(
+                "redis-sentinel://127.0.0.1:{}?sentinelServiceName=main",
+                master.port()
+            ),
+            "is not one",
+        ),
+        (
+            format!(
+                "redis-sentinel://127.0.0.1:{}?sentinelServiceName=other",
+                sentinel.port
+            ),
+            "sentinelServiceName",
+        ),
+        (
+            format!("redis://127.0.0.1:{}", sentinel.port),
+            "redis-sentinel://",
+        ),
+    ];
+    for (url, says) in cases {
+        let config = limits(3, 0, 0, MINUTE)
+            .redis_url(url.clone())
+            .redis_connect_timeout(Duration::from_secs(5))
+            .build()
+            .unwrap();
+        let started = Instant::now();
+        let error = RateLimiter::try_connect(config).await.unwrap_err();
+        assert!(
+            matches!(error, ConnectError::InvalidSettings { .. }) && error.is_config(),
+            "{url}: {error:?}"
+        );
+        assert_eq!(error.reason(), "config", "{url}");
+        assert!(error.to_string().contains(says), "{url}: {error}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{url}: known at once, not by the connect timeout"
+        );
+    }
 }
 
 /// docs/REDIS.md: a `redis-sentinel://` URL reaches the master the Sentinel group names.
