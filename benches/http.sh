@@ -14,8 +14,8 @@
 #             (x-ratelimit-limit, x-ratelimit-remaining), as ours writes two
 #   governor_handler  governor on the handler (not in the default MODES)
 #   floor     a layer that checks nothing: reads what ours reads (the user id, the route) and
-#             writes the same two headers as static values; the least any limiter in ours'
-#             place can cost (not in the default MODES)
+#             writes the same two headers as static values; the least a limiter that reads
+#             those and writes those can cost in ours' place (not in the default MODES)
 #   floor_handler  floor on the handler (not in the default MODES)
 #
 # (benches/examples/bench_http.rs). wrk loads each from a second process; the modes run interleaved
@@ -306,8 +306,9 @@ cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
     fi
     if [ -n "${RPS[floor]:-}" ] && { [ -n "${RPS[headers]:-}" ] || [ -n "${RPS[governor]:-}" ]; }; then
         echo
-        echo "The same targets for the floor (a layer that checks nothing and writes the two"
-        echo "headers as static values): what it misses, no limiter in ours' place can meet."
+        echo "The same targets for the floor (a layer that reads the user id and the route, checks"
+        echo "nothing and writes the two headers as static values): what it misses, no limiter that"
+        echo "reads those and writes those headers can meet in its place."
         if [ -n "${RPS[headers]:-}" ]; then
             verdict "throughput, floor / headers >= 0.97" floor headers 4 0.97 at_least
             verdict "server CPU a request, floor / headers <= 1.031" floor headers 11 1.031 at_most

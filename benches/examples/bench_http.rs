@@ -25,8 +25,9 @@
 //!   `x-ratelimit-remaining` on every admitted response, as ours writes two headers.
 //! - `governor_handler`: `governor` on the handler, as `inner_handler`.
 //! - `floor`: a layer that checks nothing: it reads the `x-user-id` header and the route's
-//!   template, as ours does, and writes our two headers as static values. The least any
-//!   limiter in ours' place can cost. `floor_handler`: the same on the handler.
+//!   template, as ours does, and writes our two headers as static values. The least a
+//!   limiter that reads those and writes those can cost in ours' place. `floor_handler`: the
+//!   same on the handler.
 //!
 //! Every layer but those of the `_handler` modes goes on with `route_layer`, and every mode serves with
 //! `into_make_service_with_connect_info::<SocketAddr>()`, so the modes differ only by the layer.
