@@ -75,8 +75,7 @@ pub enum ConnectError {
     },
     /// Another setting that cannot work (fred's own configuration errors, such as a cluster
     /// URL for a server without cluster support; a Sentinel URL for a server that is not a
-    /// Sentinel, or naming a master it does not monitor; a single server's URL for a
-    /// Sentinel). Configuration.
+    /// Sentinel; a single server's URL for a Sentinel). Configuration.
     InvalidSettings {
         /// fred's or Redis's message.
         message: String,
@@ -302,19 +301,23 @@ mod classify {
                 };
             }
             if has("Missing primary address in response from sentinel") {
-                return Self::InvalidSettings {
+                // A Sentinel that names no master of that service: a wrong name, or (a
+                // Sentinel just restarted or added) one not told of it yet, an outage that
+                // passes. Not a configuration error, then, but said how to tell.
+                return Self::Unreachable {
                     message: format!(
                         "{message} (the Sentinel monitors no master of that name: check \
-                         sentinelServiceName against its `sentinel monitor` lines)"
+                         sentinelServiceName against its `sentinel monitor` lines, unless \
+                         this Sentinel has not been told of the master yet)"
                     ),
                 };
             }
             if lower.contains("unknown command 'script'") {
                 return Self::InvalidSettings {
                     message: format!(
-                        "{message} (the server runs no Lua scripts, as a Sentinel does not: \
-                         for a Sentinel, use \
-                         redis-sentinel://HOST:PORT?sentinelServiceName=NAME)"
+                        "{message} (the server runs no Lua scripts: a Sentinel, for which \
+                         the URL is redis-sentinel://HOST:PORT?sentinelServiceName=NAME, or a \
+                         Redis with SCRIPT renamed away, which the limiter cannot use)"
                     ),
                 };
             }

@@ -160,6 +160,8 @@ crate::on_every_backend!(admin: usage_reset_block_and_unblock_over_http);
 /// one second more is a `422` naming `seconds`, and blocks nothing.
 #[tokio::test]
 async fn a_block_of_the_longest_time_lands_and_a_second_more_is_refused() {
+    // "A year", as the docs say it: 366 days, so that a leap year fits.
+    assert_eq!(MAX_BLOCK, Duration::from_secs(366 * 24 * 3600));
     let admin = admin_on(&TestBackend::memory(), 5).await;
     let longest = MAX_BLOCK.as_secs();
     let (status, _, out) = admin
